@@ -1,0 +1,125 @@
+"""The `bench` command line: thin shells over library functions, printing with rich.
+
+Imports stay light (no torch): `bench --help` must answer at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Measure LLM inference engines on your hardware; decide whether to self-host.")
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 200)
+errors = Console(stderr=True, soft_wrap=True)
+
+
+class UserError(Exception):
+    """A problem with what the user asked for; printed as one line, exit code 2."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def sweep(
+    engine: str = typer.Option("endpoint", help="Engine kind: endpoint (a running OpenAI-compatible server)."),
+    base_url: str = typer.Option(None, help="Endpoint base URL, ending in /v1."),
+    model: str = typer.Option(None, help="Model name as the server lists it."),
+    api_key_env: str = typer.Option(None, help="NAME of the environment variable holding the API key."),
+    scenario: str = typer.Option("chat", help="Scenario file, or the name of a shipped one."),
+    concurrency: str = typer.Option(None, help="Closed-loop levels, e.g. 1,8,50."),
+    rate: str = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
+    burstiness: float = typer.Option(None, help="Open loop: gamma shape; 1 = Poisson, < 1 burstier."),
+    max_concurrency: int = typer.Option(None, help="Open loop: cap on requests in flight."),
+    duration: float = typer.Option(None, help="Seconds per level."),
+    requests: int = typer.Option(None, help="Requests per level (with --duration: whichever ends first)."),
+    warmup: int = typer.Option(None, help="Warm-up requests per level (default: one per user)."),
+    input_tokens: str = typer.Option(None, help="Prompt length: N | uniform:MIN:MAX | normal:MEAN:STD[:MIN:MAX] | "
+                                                "lognormal:MEAN:STD[:MIN:MAX]."),
+    output_tokens: str = typer.Option(None, help="Output length, same forms as --input-tokens."),
+    shared_prefix: str = typer.Option(None, help="GROUPS:TOKENS: each group shares a system prompt."),
+    api: str = typer.Option(None, help="chat or completions."),
+    seed: int = typer.Option(None, help="Seed of the request stream."),
+    request_timeout: float = typer.Option(None, help="Seconds before a request counts as timed out."),
+    tokenizer: Path = typer.Option(None, help="A tokenizer.json to build prompts of exact token counts."),
+    strict_openai: bool = typer.Option(False, help="Send only OpenAI's published fields (for providers)."),
+    out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
+) -> None:
+    """Measure an engine at each load level and write a run directory."""
+    from bench.display import RichSweepProgress, summary_table
+    from bench.options import SweepOverrides, build_scenario
+    from bench.scenario import ScenarioError
+    from bench.sweep import SweepPlan, run_sweep
+    from engines.endpoint import EndpointError
+    from engines.registry import EngineError, make_launcher
+
+    overrides = SweepOverrides(
+        concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
+        duration=duration, requests=requests, warmup=warmup, input_tokens=input_tokens,
+        output_tokens=output_tokens, shared_prefix=shared_prefix, api=api, seed=seed,
+        request_timeout=request_timeout,
+    )
+    try:
+        resolved = build_scenario(scenario, overrides)
+        launcher = make_launcher(engine, base_url=base_url, model=model, api_key_env=api_key_env)
+        plan = SweepPlan(resolved, out, strict_openai=strict_openai, tokenizer=_load_tokenizer(tokenizer))
+    except (ScenarioError, EngineError, ValueError) as exc:
+        fail(str(exc))
+    _terminate_like_interrupt()
+    try:
+        with RichSweepProgress(console) as progress:
+            result = run_sweep(plan, launcher, progress)
+    except (EndpointError, EngineError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")
+        raise typer.Exit(130) from None
+    console.print(summary_table(result.summaries, title=f"{result.run_dir}"))
+    console.print(f"run directory: {result.run_dir}")
+
+
+@app.command()
+def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
+    """Recompute a run's summary from its records alone, and print it."""
+    from bench.display import summary_table
+    from reports.results import RunDirError, summarize_run, write_summaries
+
+    try:
+        summaries = summarize_run(run_dir)
+    except RunDirError as exc:
+        fail(str(exc))
+    write_summaries(run_dir, summaries)
+    console.print(summary_table(summaries, title=str(run_dir)))
+
+
+def _load_tokenizer(path: Path | None):  # type: ignore[no-untyped-def]
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"--tokenizer {path}: no such file (expected a Hugging Face tokenizer.json)")
+    from loadgen.datasets import TokenizerFile
+
+    return TokenizerFile(path)
+
+
+def _terminate_like_interrupt() -> None:
+    """SIGTERM ends a sweep the way Ctrl-C does: records kept, whatever was started stopped."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main() -> None:  # pragma: no cover - the console script calls `app`
+    app()
+    sys.exit(0)

@@ -1,0 +1,98 @@
+"""What a person sees while a sweep runs and when it ends (rich). Display only: nothing here measures."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loadgen.arrivals import Level
+from loadgen.metrics import LevelSummary
+from loadgen.runner import LevelBounds
+from loadgen.types import RequestRecord
+
+
+class RichSweepProgress:
+    """One line per level: requests done, failures, output tokens/s so far, elapsed time."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+            console=console, refresh_per_second=2, transient=False,
+        )
+        self.task_id: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.num_done = self.num_failed = self.num_tokens = 0
+        self.started = time.perf_counter()
+
+    def __enter__(self) -> RichSweepProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def level_started(self, level: Level, bounds: LevelBounds) -> None:
+        self._reset()
+        limit = []
+        if bounds.duration_s is not None:
+            limit.append(f"{bounds.duration_s:g} s")
+        if bounds.max_requests is not None:
+            limit.append(f"{bounds.max_requests} requests")
+        self.label = f"level {level.label} ({' or '.join(limit)})"
+        self.task_id = self.progress.add_task(self.label + ": warming up", total=None)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        if record.is_warmup or self.task_id is None:
+            return
+        self.num_done += 1
+        self.num_failed += not record.ok
+        self.num_tokens += record.output_tokens
+        rate = self.num_tokens / max(time.perf_counter() - self.started, 1e-9)
+        self.progress.update(self.task_id, description=(
+            f"{self.label}: {self.num_done} done, {self.num_failed} failed, {rate:,.0f} output tokens/s"))
+
+    def level_finished(self, summary: LevelSummary | None) -> None:
+        if self.task_id is not None:
+            self.progress.stop_task(self.task_id)
+
+
+def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
+    table = Table(title=title or None, show_lines=False)
+    columns = ["engine", "level", "ok/failed", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+               "TPOT p50 ms", "E2E p50 ms", "goodput req/s", "SLO met", "in flight", "note"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
+    for s in summaries:
+        table.add_row(
+            s.engine, s.level, f"{s.num_ok}/{s.num_failed}", _fmt(s.request_per_s, 2), _fmt(s.output_tokens_per_s, 1),
+            f"{_fmt(s.ttft_ms.p50)}/{_fmt(s.ttft_ms.p99)}", f"{_fmt(s.itl_ms.p50)}/{_fmt(s.itl_ms.p99)}",
+            _fmt(s.tpot_ms.p50), _fmt(s.e2e_ms.p50), _fmt(s.goodput_request_per_s, 2), f"{s.slo_attainment:.0%}",
+            _fmt(s.mean_in_flight, 1), _note(s),
+        )
+    return table
+
+
+def _note(s: LevelSummary) -> str:
+    notes = []
+    if not s.is_valid:
+        notes.append("INVALID: " + "; ".join(s.invalid_reasons))
+    if s.failures_by_kind:
+        notes.append(", ".join(f"{k}: {v}" for k, v in sorted(s.failures_by_kind.items())))
+    if not s.is_steady_window:
+        notes.append("no steady window")
+    if s.num_short_outputs:
+        notes.append(f"{s.num_short_outputs} short outputs")
+    return "; ".join(notes)
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"

@@ -1,0 +1,104 @@
+"""Scenarios: a workload, how to load it, and the SLOs it is judged by, from YAML, validated.
+
+A scenario is a file path or the name of one shipped in `scenarios/` (e.g. `chat`). Errors name the file
+and the field, and say what would be accepted.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from loadgen.metrics import SLO
+from loadgen.workload import Workload
+
+
+class ScenarioError(Exception):
+    pass
+
+
+class LoadSettings(BaseModel):
+    """Which levels to run and when each one stops."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: list[int] = Field(default_factory=lambda: [1, 8, 32])
+    rates: list[float] = Field(default_factory=list)
+    duration_s: float | None = Field(default=30.0, gt=0)
+    requests: int | None = Field(default=None, ge=1)
+    warmup_requests: int | None = Field(default=None, ge=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_concurrency(cls, values: list[int]) -> list[int]:
+        if any(v < 1 for v in values):
+            raise ValueError("every concurrency level must be >= 1")
+        return values
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, values: list[float]) -> list[float]:
+        if any(v <= 0 for v in values):
+            raise ValueError("every rate must be > 0 requests/s")
+        return values
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    workload: Workload = Field(default_factory=Workload)
+    load: LoadSettings = Field(default_factory=LoadSettings)
+    slo: SLO = Field(default_factory=SLO)
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(p.name.removesuffix(".yaml") for p in resources.files("scenarios").iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ScenarioError(f"--scenario {name_or_path}: no such file")
+        text, origin = path.read_text(), str(path)
+    elif name_or_path in shipped_scenarios():
+        text = (resources.files("scenarios") / f"{name_or_path}.yaml").read_text()
+        origin = f"scenarios/{name_or_path}.yaml"
+    else:
+        raise ScenarioError(f"--scenario {name_or_path}: not a file, and not one of the shipped scenarios "
+                            f"({', '.join(shipped_scenarios())})")
+    return parse_scenario(text, origin)
+
+
+def parse_scenario(text: str, origin: str) -> Scenario:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{origin}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{origin}: expected a mapping with name, workload, load and slo")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(f"{origin}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """The first problem, as `field.path: what is wrong` (pydantic's own text for the rest)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)

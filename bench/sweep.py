@@ -1,0 +1,166 @@
+"""A sweep: one engine, one scenario, every level in turn, into one run directory.
+
+    engine launcher -> Endpoint -> for each level: warm-up, measured requests -> records on disk
+                    -> summary after every level (so an interrupted sweep keeps its summary too)
+
+All requests of a sweep come from one seeded stream, so no prompt is sent twice (a prefix cache can't
+flatter a later level) and two engines swept with the same scenario get the same prompts in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.hardware import describe_host
+from bench.scenario import LoadSettings, Scenario
+from engines.endpoint import read_api_key
+from engines.types import Endpoint, EngineInfo
+from loadgen.arrivals import Level
+from loadgen.client import ClientOptions
+from loadgen.datasets import PromptTokenizer, iter_requests
+from loadgen.metrics import LevelSummary
+from loadgen.recorder import JsonlWriter
+from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level
+from loadgen.types import RequestRecord
+from reports import results
+
+TOOL_NAME = "llm-selfhost-bench"
+WARMUP_SEED_OFFSET = 1_000_003
+
+Launcher = Callable[[], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
+
+
+class SweepProgress(Protocol):
+    def level_started(self, level: Level, bounds: LevelBounds) -> None: ...
+    def request_finished(self, record: RequestRecord) -> None: ...
+    def level_finished(self, summary: LevelSummary | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    scenario: Scenario
+    runs_root: Path
+    strict_openai: bool = False
+    tokenizer: PromptTokenizer | None = None
+    extra_run_info: dict[str, Any] = field(default_factory=dict)
+
+    def levels(self) -> list[Level]:
+        return plan_levels(self.scenario.load)
+
+    def bounds(self) -> LevelBounds:
+        load = self.scenario.load
+        return LevelBounds(duration_s=load.duration_s, max_requests=load.requests, num_warmup=load.warmup_requests)
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path
+    summaries: list[LevelSummary]
+    status: str
+
+
+def plan_levels(load: LoadSettings) -> list[Level]:
+    closed = [Level("concurrency", c) for c in load.concurrency]
+    opened = [Level("rate", r, load.burstiness, load.max_concurrency) for r in load.rates]
+    if not closed and not opened:
+        raise ValueError("no levels to run: give --concurrency and/or --rate")
+    return closed + opened
+
+
+def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None = None) -> SweepResult:
+    """Launch (or attach to) the engine, run every level, and always leave a consistent run directory."""
+    plan.bounds()  # validate before anything starts
+    with launch() as (endpoint, engine):
+        run_dir = results.new_run_dir(plan.runs_root, engine.name, plan.scenario.name)
+        run = _run_json(plan, endpoint, engine, run_dir)
+        results.write_run_json(run_dir, run)
+        status = "interrupted"
+        try:
+            _run_levels(plan, endpoint, engine, run_dir, progress)
+            status = "complete"
+        except Exception as exc:
+            status = f"failed: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            run.update(status=status, finished_at=_now())
+            results.write_run_json(run_dir, run)
+            summaries = _resummarize(run_dir)
+    return SweepResult(run_dir, summaries, status)
+
+
+def _run_levels(
+    plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, progress: SweepProgress | None
+) -> None:
+    load = plan.scenario.load
+    options = ClientOptions(
+        base_url=endpoint.base_url.rstrip("/"), model=endpoint.model, api_key=read_api_key(endpoint.api_key_env),
+        request_timeout_s=load.request_timeout_s, temperature=plan.scenario.workload.temperature,
+        strict_openai=plan.strict_openai, ignore_eos=plan.scenario.workload.ignore_eos,
+    )
+    workload = plan.scenario.workload
+    specs = iter_requests(workload, plan.tokenizer)
+    warmup_specs = iter_requests(workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET}),
+                                 plan.tokenizer)
+    bounds = plan.bounds()
+    with JsonlWriter(run_dir / results.REQUESTS_FILE) as records, \
+            JsonlWriter(run_dir / results.LEVELS_FILE) as levels:
+        for level in plan.levels():
+            if progress:
+                progress.level_started(level, bounds)
+            ctx = LevelContext(run_dir.name, engine.name, level, options, records,
+                               on_record=progress.request_finished if progress else None)
+            level_run = asyncio.run(run_level(ctx, bounds, specs, warmup_specs))
+            levels.write(asdict(level_run))
+            summaries = _resummarize(run_dir)
+            if progress:
+                progress.level_finished(_find(summaries, level_run))
+
+
+def _resummarize(run_dir: Path) -> list[LevelSummary]:
+    try:
+        summaries = results.summarize_run(run_dir)
+    except results.RunDirError:
+        return []
+    results.write_summaries(run_dir, summaries)
+    return summaries
+
+
+def _find(summaries: list[LevelSummary], level_run: LevelRun) -> LevelSummary | None:
+    return next((s for s in summaries if s.level == level_run.level), None)
+
+
+def _run_json(plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path) -> dict[str, Any]:
+    return {
+        "tool": {"name": TOOL_NAME, "version": tool_version()},
+        "run_id": run_dir.name,
+        "status": "running",
+        "started_at": _now(),
+        "engine": asdict(engine),
+        "endpoint": {"base_url": endpoint.base_url, "model": endpoint.model, "api_key_env": endpoint.api_key_env},
+        "hardware": describe_host(),
+        "scenario": plan.scenario.model_dump(mode="json"),
+        "levels": [level.label for level in plan.levels()],
+        "client": {"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer is not None},
+        "seeds": {"requests": plan.scenario.workload.seed,
+                  "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
+        **plan.extra_run_info,
+    }
+
+
+def tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(TOOL_NAME)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

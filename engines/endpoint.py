@@ -1,0 +1,65 @@
+"""An OpenAI-compatible endpoint that is already running (a provider, or a server someone started).
+
+Nothing is launched, so nothing is stopped; the launcher only checks that the URL answers, that the key
+(if any) is accepted and that the model is listed, so a bad flag fails in a second with a clear message
+instead of as a thousand failed requests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from engines.types import Endpoint, EngineInfo
+
+
+class EndpointError(Exception):
+    """A problem with the endpoint the user pointed us at; the message says what to change."""
+
+
+def read_api_key(api_key_env: str | None) -> str | None:
+    if api_key_env is None:
+        return None
+    value = os.environ.get(api_key_env)
+    if not value:
+        raise EndpointError(f"--api-key-env names {api_key_env}, but that environment variable is not set")
+    return value
+
+
+def list_models(endpoint: Endpoint, timeout_s: float = 10.0) -> tuple[list[str], httpx.Headers]:
+    headers = {}
+    key = read_api_key(endpoint.api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    url = endpoint.base_url.rstrip("/") + "/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"cannot reach --base-url {endpoint.base_url}: {exc or type(exc).__name__}") from None
+    if response.status_code in (401, 403):
+        raise EndpointError(f"{url} refused the API key (HTTP {response.status_code}); check --api-key-env")
+    if response.status_code != 200:
+        raise EndpointError(f"{url} answered HTTP {response.status_code}; is --base-url an OpenAI-compatible /v1?")
+    try:
+        models = [str(item["id"]) for item in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise EndpointError(f"{url} did not return an OpenAI model list") from None
+    return models, response.headers
+
+
+@contextmanager
+def use_endpoint(endpoint: Endpoint) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    models, headers = list_models(endpoint)
+    if endpoint.model not in models:
+        served = ", ".join(models[:10]) or "none"
+        raise EndpointError(f"--model '{endpoint.model}' is not served at {endpoint.base_url}; it serves: {served}")
+    info = EngineInfo(
+        name="endpoint",
+        model=endpoint.model,
+        details={"base_url": endpoint.base_url, "server": headers.get("server"), "models": models[:50],
+                 "api_key_env": endpoint.api_key_env},
+    )
+    yield endpoint, info

@@ -1,0 +1,272 @@
+"""Records -> `LevelSummary`: the one place where every metric is defined.
+
+- ttft_ms: send -> first chunk carrying generated content.
+- itl_ms: the gap before each generated token after the first, pooled over requests; a chunk carrying
+  k tokens spreads its gap over those k tokens (extra tokens in the first chunk add no gap), so per
+  request sum(itl) == e2e - ttft. icl_ms keeps the raw gaps between chunks.
+- tpot_ms: per request, (e2e - ttft) / (output tokens - 1).
+- e2e_ms: send -> last generated content.
+- Every latency starts when the request's body was handed to the socket; send_delay_ms is how long the
+  client itself took to get it there. Open loop: ttft and e2e also from the scheduled send time, and the
+  schedule lag (sent - scheduled), so a slow client can't hide a slow server.
+- Throughput over the steady window (closed loop: from the moment every user is active to the moment
+  the first user stops; open loop: from the first to the last scheduled arrival): output tokens that
+  arrived in the window, requests that ended in it. Whole-run figures stand beside it.
+- Goodput: ok requests per second in the window that meet every SLO; attainment: the share of all
+  measured requests that do (a failure never meets an SLO).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.types import ClientCheck, RequestRecord
+
+MAX_LOOP_LAG_P99_MS = 20.0
+MAX_CLIENT_CPU_FRACTION = 0.95
+MIN_HELD_CONCURRENCY_FRACTION = 0.9
+
+
+class SLO(BaseModel):
+    """Latency targets a request must meet to count toward goodput. Missing ones are not checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float] | np.ndarray) -> Distribution:
+        array = np.asarray(values, dtype=float)
+        if array.size == 0:
+            return cls()
+        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
+        return cls(float(array.mean()), float(p50), float(p90), float(p95), float(p99))
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    engine: str
+    level: str
+    kind: str
+    target: float
+    num_requests: int
+    num_ok: int
+    num_failed: int
+    failure_rate: float
+    failures_by_kind: dict[str, int]
+    window_s: float
+    is_steady_window: bool
+    request_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    run_request_per_s: float
+    run_output_tokens_per_s: float
+    goodput_request_per_s: float
+    slo_attainment: float
+    mean_input_tokens: float
+    mean_output_tokens: float
+    mean_in_flight: float
+    ttft_ms: Distribution
+    itl_ms: Distribution
+    icl_ms: Distribution
+    tpot_ms: Distribution
+    e2e_ms: Distribution
+    ttft_from_schedule_ms: Distribution = field(default_factory=Distribution)
+    e2e_from_schedule_ms: Distribution = field(default_factory=Distribution)
+    schedule_lag_ms: Distribution = field(default_factory=Distribution)
+    send_delay_ms: Distribution = field(default_factory=Distribution)
+    token_count_sources: dict[str, int] = field(default_factory=dict)
+    num_usage_mismatch: int = 0
+    num_short_outputs: int = 0
+    client: ClientCheck | None = None
+    is_valid: bool = True
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    def flat(self) -> dict[str, Any]:
+        """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns."""
+        row: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (Distribution, ClientCheck)):
+                for g in fields(value):
+                    key = f"{f.name}_{g.name}" if isinstance(value, Distribution) else g.name
+                    row[key] = getattr(value, g.name)
+            elif isinstance(value, dict):
+                row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
+            elif isinstance(value, list):
+                row[f.name] = "; ".join(value)
+            else:
+                row[f.name] = value
+        return row
+
+
+def summarize(
+    records: list[RequestRecord], slo: SLO | None = None, client: ClientCheck | None = None
+) -> LevelSummary:
+    """Summarize the measured (non-warm-up) records of one level of one engine."""
+    measured = [r for r in records if not r.is_warmup]
+    if not measured:
+        raise ValueError("no measured requests to summarize")
+    ok = [r for r in measured if r.ok]
+    kind = "rate" if any(r.scheduled_s is not None for r in measured) else "concurrency"
+    start, end, is_steady = _steady_window(measured, kind)
+    window_s = max(end - start, 1e-9)
+    meets = [r for r in ok if _meets_slo(r, slo)]
+    counts = _count_in_window(ok, start, end)
+    run_start = min(r.send_s for r in measured)
+    run_s = max(max(r.end_s or r.send_s for r in measured) - run_start, 1e-9)
+    first = measured[0]
+    summary = LevelSummary(
+        engine=first.engine, level=first.level, kind=kind, target=_level_target(first.level),
+        num_requests=len(measured), num_ok=len(ok), num_failed=len(measured) - len(ok),
+        failure_rate=(len(measured) - len(ok)) / len(measured),
+        failures_by_kind=dict(Counter(r.error_kind or "unknown" for r in measured if not r.ok)),
+        window_s=window_s, is_steady_window=is_steady,
+        request_per_s=counts.requests / window_s,
+        output_tokens_per_s=counts.output_tokens / window_s,
+        total_tokens_per_s=(counts.output_tokens + counts.input_tokens) / window_s,
+        run_request_per_s=len(ok) / run_s,
+        run_output_tokens_per_s=sum(r.output_tokens for r in ok) / run_s,
+        goodput_request_per_s=_count_in_window(meets, start, end).requests / window_s,
+        slo_attainment=len(meets) / len(measured),
+        mean_input_tokens=_mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
+        mean_output_tokens=_mean([r.output_tokens for r in ok]),
+        mean_in_flight=_mean_in_flight(measured, start, end),
+        **_latency_distributions(ok),
+        token_count_sources=dict(Counter(r.token_count_source for r in ok)),
+        num_usage_mismatch=sum(
+            1 for r in ok if r.server_output_tokens is not None and r.server_output_tokens != len(r.chunk_times_s)
+        ),
+        num_short_outputs=sum(1 for r in ok if r.max_tokens is not None and r.output_tokens < r.max_tokens),
+        client=client,
+    )
+    reasons = _invalid_reasons(summary)
+    return replace(summary, is_valid=not reasons, invalid_reasons=reasons)
+
+
+def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
+    ttft, e2e, tpot, itl, icl = [], [], [], [], []
+    scheduled_ttft, scheduled_e2e, lag, send_delay = [], [], [], []
+    for r in ok:
+        if r.dispatch_s is not None:
+            send_delay.append(r.send_s - r.dispatch_s)
+        times = np.asarray(r.chunk_times_s)
+        ttft.append(times[0])
+        e2e.append(times[-1])
+        if r.output_tokens > 1:
+            tpot.append((times[-1] - times[0]) / (r.output_tokens - 1))
+        gaps = np.diff(times)
+        icl.append(gaps)
+        tokens = np.asarray(r.chunk_tokens[1:])
+        itl.append(np.repeat(gaps / np.maximum(tokens, 1), tokens))
+        if r.scheduled_s is not None:
+            delay = r.send_s - r.scheduled_s
+            lag.append(delay)
+            scheduled_ttft.append(delay + times[0])
+            scheduled_e2e.append(delay + times[-1])
+    ms = 1000.0
+    return {
+        "ttft_ms": Distribution.of(np.asarray(ttft) * ms),
+        "itl_ms": Distribution.of(np.concatenate(itl) * ms if itl else []),
+        "icl_ms": Distribution.of(np.concatenate(icl) * ms if icl else []),
+        "tpot_ms": Distribution.of(np.asarray(tpot) * ms),
+        "e2e_ms": Distribution.of(np.asarray(e2e) * ms),
+        "ttft_from_schedule_ms": Distribution.of(np.asarray(scheduled_ttft) * ms),
+        "e2e_from_schedule_ms": Distribution.of(np.asarray(scheduled_e2e) * ms),
+        "schedule_lag_ms": Distribution.of(np.asarray(lag) * ms),
+        "send_delay_ms": Distribution.of(np.asarray(send_delay) * ms),
+    }
+
+
+def _meets_slo(r: RequestRecord, slo: SLO | None) -> bool:
+    if slo is None:
+        return True
+    ttft, e2e = r.chunk_times_s[0] * 1000, r.chunk_times_s[-1] * 1000
+    if slo.ttft_ms is not None and ttft > slo.ttft_ms:
+        return False
+    if slo.e2e_ms is not None and e2e > slo.e2e_ms:
+        return False
+    if slo.tpot_ms is not None and r.output_tokens > 1:
+        return (e2e - ttft) / (r.output_tokens - 1) <= slo.tpot_ms
+    return True
+
+
+def _steady_window(measured: list[RequestRecord], kind: str) -> tuple[float, float, bool]:
+    """The window in which the level's full load was applied, or the whole run if there is none."""
+    run = (min(r.send_s for r in measured), max(r.end_s or r.send_s for r in measured))
+    if kind == "rate":
+        scheduled = [r.scheduled_s for r in measured if r.scheduled_s is not None]
+        start, end = min(scheduled), max(scheduled)
+    else:
+        by_user: dict[int | None, list[RequestRecord]] = {}
+        for r in measured:
+            by_user.setdefault(r.user, []).append(r)
+        start = max(min(r.send_s for r in rs) for rs in by_user.values())
+        end = min(max(r.end_s or r.send_s for r in rs) for rs in by_user.values())
+    if end - start <= 0:
+        return run[0], run[1], False
+    return start, end, True
+
+
+@dataclass(frozen=True)
+class _WindowCounts:
+    requests: int
+    output_tokens: int
+    input_tokens: int
+
+
+def _count_in_window(records: list[RequestRecord], start: float, end: float) -> _WindowCounts:
+    requests = output_tokens = input_tokens = 0
+    for r in records:
+        arrivals = r.send_s + np.asarray(r.chunk_times_s)
+        inside = (arrivals >= start) & (arrivals <= end)
+        output_tokens += int(np.asarray(r.chunk_tokens)[inside].sum())
+        if start <= arrivals[-1] <= end:
+            requests += 1
+            input_tokens += r.prompt_tokens or 0
+    return _WindowCounts(requests, output_tokens, input_tokens)
+
+
+def _mean_in_flight(measured: list[RequestRecord], start: float, end: float) -> float:
+    """Time-averaged number of requests in flight over the window: the concurrency actually held."""
+    busy = sum(max(0.0, min(r.end_s or end, end) - max(r.send_s, start)) for r in measured)
+    return busy / max(end - start, 1e-9)
+
+
+def _invalid_reasons(s: LevelSummary) -> list[str]:
+    reasons = []
+    if s.client is not None and s.client.loop_lag_p99_ms > MAX_LOOP_LAG_P99_MS:
+        reasons.append(f"client event loop lagged {s.client.loop_lag_p99_ms:.1f} ms at p99")
+    if s.client is not None and s.client.client_cpu_fraction > MAX_CLIENT_CPU_FRACTION:
+        reasons.append(f"client used {s.client.client_cpu_fraction:.0%} of a core")
+    if s.kind == "concurrency" and s.is_steady_window and s.mean_in_flight < MIN_HELD_CONCURRENCY_FRACTION * s.target:
+        reasons.append(f"client held {s.mean_in_flight:.1f} of {s.target:g} requests in flight")
+    return reasons
+
+
+def _level_target(label: str) -> float:
+    try:
+        return float(label[1:])
+    except ValueError:
+        return math.nan
+
+
+def _mean(values: list[int] | list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan

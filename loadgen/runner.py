@@ -1,0 +1,198 @@
+"""One level of a sweep: warm-up, the measured requests, the client's check on itself.
+
+Warm-up requests open the level's connections before the measured window, so connection set-up never
+lands in a TTFT; they are written with `is_warmup` and left out of every metric. A level ends when
+its duration is up or its request budget is spent (whichever comes first); requests in flight then
+finish. Every record is written the moment its request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from loadgen.arrivals import Level, arrival_offsets
+from loadgen.client import ClientOptions, open_session, send_request
+from loadgen.recorder import JsonlWriter
+from loadgen.types import ClientCheck, RequestRecord, RequestSpec
+
+WARMUP_MAX_TOKENS = 8
+LOOP_LAG_PERIOD_S = 0.01
+
+
+@dataclass(frozen=True)
+class LevelBounds:
+    duration_s: float | None = None
+    max_requests: int | None = None
+    num_warmup: int | None = None  # default: one per user (closed loop) or per capped slot
+
+    def __post_init__(self) -> None:
+        if self.duration_s is None and self.max_requests is None:
+            raise ValueError("a level needs --duration or --requests (or both)")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError(f"duration must be > 0 s, got {self.duration_s:g}")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError(f"requests must be >= 1, got {self.max_requests}")
+
+
+@dataclass(frozen=True)
+class LevelRun:
+    level: str
+    kind: str
+    value: float
+    started_at_unix_s: float
+    wall_s: float
+    num_records: int
+    num_warmup: int
+    client: ClientCheck
+
+
+@dataclass
+class LevelContext:
+    """What every request of a level needs: identity, clock, output, progress callback."""
+
+    run_id: str
+    engine: str
+    level: Level
+    options: ClientOptions
+    writer: JsonlWriter
+    on_record: Callable[[RequestRecord], None] | None = None
+    clock_origin: float = 0.0
+    num_written: int = 0
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.clock_origin
+
+    def new_record(self, spec: RequestSpec, **fields: object) -> RequestRecord:
+        return RequestRecord(
+            run_id=self.run_id, engine=self.engine, level=self.level.label, request_id=spec.request_id,
+            send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, **fields,  # type: ignore[arg-type]
+        )
+
+    def keep(self, record: RequestRecord) -> None:
+        self.writer.write(record)
+        self.num_written += 1
+        if self.on_record is not None:
+            self.on_record(record)
+
+
+async def run_level(
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec], warmup_specs: Iterator[RequestSpec]
+) -> LevelRun:
+    level = ctx.level
+    max_connections = level.num_users if level.kind == "concurrency" else (level.max_concurrency or 0)
+    started_at = time.time()
+    async with open_session(max_connections, ctx.options) as session:
+        ctx.clock_origin = time.perf_counter()
+        num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
+        ctx.clock_origin = time.perf_counter()
+        lags: list[float] = []
+        monitor = asyncio.create_task(_watch_loop_lag(lags))
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        try:
+            if level.kind == "concurrency":
+                await _closed_loop(ctx, session, bounds, specs)
+            else:
+                await _open_loop(ctx, session, bounds, specs)
+        finally:
+            monitor.cancel()
+            wall_s = time.perf_counter() - wall_start
+            cpu_s = time.process_time() - cpu_start
+    return LevelRun(
+        level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at, wall_s=wall_s,
+        num_records=ctx.num_written - num_warmup, num_warmup=num_warmup,
+        client=_client_check(lags, cpu_s, wall_s),
+    )
+
+
+async def _warm_up(
+    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+) -> int:
+    level = ctx.level
+    default = level.num_users if level.kind == "concurrency" else (level.max_concurrency or 8)
+    count = default if bounds.num_warmup is None else bounds.num_warmup
+
+    async def one(spec: RequestSpec) -> None:
+        short = RequestSpec(**{**spec.__dict__, "max_tokens": min(spec.max_tokens, WARMUP_MAX_TOKENS)})
+        record = ctx.new_record(short, is_warmup=True)
+        ctx.keep(await send_request(session, short, ctx.options, record, ctx.clock))
+
+    await asyncio.gather(*(one(spec) for spec in itertools.islice(specs, count)))
+    return count
+
+
+async def _closed_loop(
+    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+) -> None:
+    budget = itertools.count() if bounds.max_requests is None else iter(range(bounds.max_requests))
+
+    async def user(index: int) -> None:
+        while _time_left(ctx, bounds) and next(budget, None) is not None:
+            spec = next(specs)
+            record = ctx.new_record(spec, user=index)
+            ctx.keep(await send_request(session, spec, ctx.options, record, ctx.clock))
+
+    await asyncio.gather(*(user(i) for i in range(ctx.level.num_users)))
+
+
+async def _open_loop(
+    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+) -> None:
+    level = ctx.level
+    cap = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(spec: RequestSpec, scheduled_s: float) -> None:
+        record = ctx.new_record(spec, scheduled_s=scheduled_s)
+        if cap is None:
+            ctx.keep(await send_request(session, spec, ctx.options, record, ctx.clock))
+            return
+        async with cap:
+            ctx.keep(await send_request(session, spec, ctx.options, record, ctx.clock))
+
+    schedule = arrival_offsets(level.value, level.burstiness, seed=int(level.value * 1000) + 17)
+    try:
+        for count, scheduled_s in enumerate(schedule):
+            if bounds.max_requests is not None and count >= bounds.max_requests:
+                break
+            if bounds.duration_s is not None and scheduled_s >= bounds.duration_s:
+                break
+            delay = scheduled_s - ctx.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(one(next(specs), scheduled_s))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _time_left(ctx: LevelContext, bounds: LevelBounds) -> bool:
+    return bounds.duration_s is None or ctx.clock() < bounds.duration_s
+
+
+async def _watch_loop_lag(lags: list[float]) -> None:
+    """Event-loop lag: how late a 10 ms sleep wakes up. A busy client wakes late and reads late."""
+    while True:
+        start = time.perf_counter()
+        await asyncio.sleep(LOOP_LAG_PERIOD_S)
+        lags.append(time.perf_counter() - start - LOOP_LAG_PERIOD_S)
+
+
+def _client_check(lags: list[float], cpu_s: float, wall_s: float) -> ClientCheck:
+    lag_ms = np.array(lags or [0.0]) * 1000
+    return ClientCheck(
+        loop_lag_p50_ms=float(np.percentile(lag_ms, 50)),
+        loop_lag_p99_ms=float(np.percentile(lag_ms, 99)),
+        loop_lag_max_ms=float(lag_ms.max()),
+        client_cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
+    )

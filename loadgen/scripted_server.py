@@ -1,0 +1,292 @@
+"""An OpenAI-compatible streaming server whose timing and faults are scripted, to calibrate clients.
+
+Every answer follows the script: the first chunk `ttft_ms` after the request arrived, then one chunk
+every `itl_ms`, each carrying `tokens_per_chunk` tokens, on an absolute schedule (no drift). Faults:
+`http_500`, `http_429` (with Retry-After), `error_event`, `cut` (the connection drops mid-stream),
+`stall` (no chunk for `stall_ms`, once, after `fault_after_chunks` chunks); `fault_every` = n applies
+the fault to every n-th request only. `PUT /_script` changes the script of a running server.
+
+It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on asyncio's transports, with timers instead of
+a task per stream: its own overhead must stay far below the timing it promises, even when 256 streams
+tick in the same millisecond.
+
+    python -m loadgen.scripted_server --port 8011 --ttft-ms 100 --itl-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import itertools
+import selectors
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+import orjson
+
+Fault = Literal["none", "http_500", "http_429", "error_event", "cut", "stall"]
+STATUS_TEXT = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+@dataclass(frozen=True)
+class Script:
+    ttft_ms: float = 100.0
+    itl_ms: float = 20.0
+    tokens_per_chunk: int = 1
+    fault: Fault = "none"
+    fault_every: int = 1
+    fault_after_chunks: int = 3
+    stall_ms: float = 1000.0
+    model: str = "scripted"
+
+
+class ScriptState:
+    """The script now in force, shared by every connection of one server."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.counter = itertools.count(1)
+
+    def update(self, changes: dict[str, Any]) -> None:
+        unknown = set(changes) - {f.name for f in fields(Script)}
+        if unknown:
+            raise ValueError(f"unknown script field(s): {', '.join(sorted(unknown))}")
+        self.script = replace(self.script, **changes)
+        self.counter = itertools.count(1)
+
+
+class ScriptedProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection: parse requests, answer them on the script's schedule."""
+
+    def __init__(self, state: ScriptState) -> None:
+        self.state = state
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        arrived = time.perf_counter()
+        self.buffer += data
+        while True:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buffer[:head_end].decode("latin-1")
+            length = _content_length(head)
+            if len(self.buffer) < head_end + 4 + length:
+                return
+            body = self.buffer[head_end + 4 : head_end + 4 + length]
+            self.buffer = self.buffer[head_end + 4 + length :]
+            method, path = head.split(" ", 2)[:2]
+            self.handle(method, path, body, arrived)
+
+    def handle(self, method: str, path: str, body: bytes, arrived: float) -> None:
+        script = self.state.script
+        if method == "GET" and path == "/health":
+            self.respond(200, b"ok", "text/plain")
+        elif method == "GET" and path == "/v1/models":
+            self.respond_json(200, {"object": "list", "data": [{"id": script.model, "object": "model"}]})
+        elif method == "PUT" and path == "/_script":
+            try:
+                self.state.update(orjson.loads(body))
+                self.respond_json(200, asdict(self.state.script))
+            except (ValueError, TypeError) as exc:
+                self.respond_error(400, str(exc))
+        elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            self.complete(orjson.loads(body), path.endswith("chat/completions"), arrived)
+        else:
+            self.respond_error(404, f"no route {method} {path}")
+
+    def complete(self, body: dict[str, Any], is_chat: bool, arrived: float) -> None:
+        script = self.state.script
+        fault = script.fault if next(self.state.counter) % script.fault_every == 0 else "none"
+        if body.get("model") != script.model:
+            self.respond_error(404, f"model '{body.get('model')}' does not exist")
+        elif fault == "http_500":
+            self.respond_error(500, "scripted internal error")
+        elif fault == "http_429":
+            self.respond_error(429, "scripted rate limit", extra_headers="Retry-After: 2\r\n")
+        else:
+            self.stream(body, is_chat, fault, arrived)
+
+    def stream(self, body: dict[str, Any], is_chat: bool, fault: Fault, arrived: float) -> None:
+        assert self.transport is not None
+        script = self.state.script
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        plan = StreamPlan(body, script, is_chat, fault)
+        loop = asyncio.get_running_loop()
+        offset_s = loop.time() - time.perf_counter()  # the loop's clock may differ from perf_counter
+        if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none":
+            self.transport.write(_instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
+            return
+        self.schedule(plan, 0, arrived + offset_s)
+
+    def schedule(self, plan: StreamPlan, index: int, start: float) -> None:
+        """One timer per stream at a time, each chunk at its absolute due time: no drift, no reordering."""
+        due = start + plan.due_s(index)
+        self.timer = asyncio.get_running_loop().call_at(due, self.send_planned, plan, index, start)
+
+    def send_planned(self, plan: StreamPlan, index: int, start: float) -> None:
+        self.timer = None
+        if self.transport is None:
+            return
+        if plan.cuts_at(index):
+            self.transport.close()
+        elif plan.errors_at(index):
+            self.write_chunk(b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n')
+            self.write_chunk(b"")
+        elif index == plan.num_chunks - 1:
+            self.write_chunk(plan.event(index) + plan.tail())
+            self.write_chunk(b"")
+        else:
+            self.write_chunk(plan.event(index))
+            self.schedule(plan, index + 1, start)
+
+    def write_chunk(self, payload: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+
+    def respond(self, status: int, payload: bytes, content_type: str, extra_headers: str = "") -> None:
+        assert self.transport is not None
+        head = (
+            f"HTTP/1.1 {status} {STATUS_TEXT.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\n{extra_headers}\r\n"
+        )
+        self.transport.write(head.encode() + payload)
+
+    def respond_json(self, status: int, payload: Any) -> None:
+        self.respond(status, orjson.dumps(payload), "application/json")
+
+    def respond_error(self, status: int, message: str, extra_headers: str = "") -> None:
+        payload = {"error": {"message": message, "type": "scripted", "code": status}}
+        self.respond(status, orjson.dumps(payload), "application/json", extra_headers)
+
+
+class StreamPlan:
+    """What one answer sends and when: chunk i is due ttft + i * itl (plus a stall once it is hit)."""
+
+    def __init__(self, body: dict[str, Any], script: Script, is_chat: bool, fault: Fault) -> None:
+        self.script = script
+        self.is_chat = is_chat
+        self.fault = fault
+        self.num_tokens = int(body.get("max_tokens") or 16)
+        self.num_chunks = -(-self.num_tokens // script.tokens_per_chunk)
+        self.continuous_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        self.prompt_tokens = _count_words(body)
+
+    def due_s(self, index: int) -> float:
+        stalled = self.fault == "stall" and index >= self.script.fault_after_chunks
+        extra_ms = self.script.stall_ms if stalled else 0.0
+        return (self.script.ttft_ms + index * self.script.itl_ms + extra_ms) / 1000
+
+    def cuts_at(self, index: int) -> bool:
+        return self.fault == "cut" and index == self.script.fault_after_chunks
+
+    def errors_at(self, index: int) -> bool:
+        return self.fault == "error_event" and index == self.script.fault_after_chunks
+
+    def tokens_sent_after(self, index: int) -> int:
+        return min(self.num_tokens, (index + 1) * self.script.tokens_per_chunk)
+
+    def event(self, index: int) -> bytes:
+        sent = self.tokens_sent_after(index)
+        count = sent - index * self.script.tokens_per_chunk
+        usage = _usage(self.prompt_tokens, sent) if self.continuous_usage else None
+        return _event(" x" * count, self.is_chat, usage=usage)
+
+    def tail(self) -> bytes:
+        usage = _usage(self.prompt_tokens, self.num_tokens)
+        last = _event("", self.is_chat, finish_reason="length")
+        usage_only = b"data: " + orjson.dumps({"id": "scripted", "choices": [], "usage": usage}) + b"\n\n"
+        return last + usage_only + b"data: [DONE]\n\n"
+
+
+@functools.lru_cache(maxsize=64)
+def _instant_answer(num_tokens: int, prompt_tokens: int, is_chat: bool, script: Script) -> bytes:
+    """The whole answer in one write (cached), so the server costs next to nothing per request."""
+    plan = StreamPlan({"max_tokens": num_tokens}, script, is_chat, "none")
+    plan.prompt_tokens = prompt_tokens
+    payload = b"".join(plan.event(i) for i in range(plan.num_chunks)) + plan.tail()
+    return b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
+
+
+def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
+    if is_chat:
+        choice["delta"] = {"content": text} if text else {}
+    else:
+        choice["text"] = text
+    payload: dict[str, Any] = {"id": "scripted", "object": "chunk", "model": "scripted", "choices": [choice]}
+    if usage is not None:
+        payload["usage"] = usage
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _count_words(body: dict[str, Any]) -> int:
+    if "messages" in body:
+        return sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+    return len(str(body.get("prompt", "")).split())
+
+
+def _content_length(head: str) -> int:
+    for line in head.split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            return int(value.strip())
+    return 0
+
+
+async def serve(host: str, port: int, script: Script) -> asyncio.Server:
+    state = ScriptState(script)
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: ScriptedProtocol(state), host, port, backlog=4096)
+
+
+async def _main(host: str, port: int, script: Script) -> None:
+    server = await serve(host, port, script)
+    print(f"scripted server listening on http://{host}:{server.sockets[0].getsockname()[1]}/v1", flush=True)
+    await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8011, help="0 picks a free port (printed at start)")
+    parser.add_argument("--ttft-ms", type=float, default=100.0)
+    parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--model", default="scripted")
+    args = parser.parse_args()
+    script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model)
+    # select() takes its timeout in microseconds; epoll rounds it up to whole milliseconds, which would
+    # put up to 1 ms of the server's own jitter into every gap it promises.
+    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    try:
+        loop.run_until_complete(_main(args.host, args.port, script))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()

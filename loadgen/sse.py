@@ -1,0 +1,74 @@
+"""An incremental parser for Server-Sent Events. No I/O: feed it bytes as they arrive.
+
+It handles events split across reads, several events in one read, LF / CRLF / CR line endings,
+comment and keep-alive lines (`: ping`), multi-line `data:` fields and named events (`event: error`).
+The common case, one `data: {...}` line per event, takes a fast path: this runs once per streamed
+token, so it is the load generator's hottest code.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class SSEEvent(NamedTuple):
+    event: str | None  # None for the default "message" event
+    data: bytes
+
+
+class SSEParser:
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Add bytes from the wire; return the events they complete (maybe none)."""
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer:
+            buffer = self._normalize_newlines(buffer)
+        if b"\n\n" not in buffer:
+            self._buffer = buffer
+            return []
+        *blocks, self._buffer = buffer.split(b"\n\n")
+        events = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(SSEEvent(None, block[6:]))
+            elif block:
+                event = _parse_block(block)
+                if event is not None:
+                    events.append(event)
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: a last event not followed by a blank line still counts."""
+        block = self._buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n").strip(b"\n")
+        self._buffer = b""
+        event = _parse_block(block) if block else None
+        return [event] if event is not None else []
+
+    def _normalize_newlines(self, buffer: bytes) -> bytes:
+        # A CR at the very end may be the first half of a CRLF split across reads: keep it for later.
+        held = b""
+        if buffer.endswith(b"\r"):
+            buffer, held = buffer[:-1], b"\r"
+        buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return buffer + held
+
+
+def _parse_block(block: bytes) -> SSEEvent | None:
+    """Parse one event block (lines without the blank terminator). Comment-only blocks give None."""
+    event_name: str | None = None
+    data_lines: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            data_lines.append(value)
+        elif name == b"event":
+            event_name = value.decode("utf-8", "replace")
+    if not data_lines:
+        return None
+    return SSEEvent(event_name, b"\n".join(data_lines))

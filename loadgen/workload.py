@@ -1,0 +1,117 @@
+"""What a workload looks like, validated: length distributions, shared prefixes, the API to call.
+
+These are pydantic models because they come from YAML and the command line; an error names the field
+and what it accepts. Sampling lives here too, seeded, so the same seed gives the same lengths.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DistKind = Literal["fixed", "uniform", "normal", "lognormal"]
+LENGTH_SPEC_HELP = "N | uniform:MIN:MAX | normal:MEAN:STD[:MIN:MAX] | lognormal:MEAN:STD[:MIN:MAX]"
+
+
+class LengthDistribution(BaseModel):
+    """Token lengths: fixed, uniform in [min, max], or normal / lognormal with the given mean and
+    standard deviation of the lengths themselves, clipped to [min, max]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dist: DistKind = "fixed"
+    value: int | None = Field(default=None, ge=1)
+    mean: float | None = Field(default=None, gt=0)
+    std: float | None = Field(default=None, ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_fields(self) -> LengthDistribution:
+        needs = {"fixed": ["value"], "uniform": ["max"], "normal": ["mean", "std"], "lognormal": ["mean", "std"]}
+        missing = [name for name in needs[self.dist] if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"dist '{self.dist}' needs field(s) {', '.join(missing)}")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.dist == "fixed":
+            assert self.value is not None
+            return np.full(n, self.value, dtype=np.int64)
+        if self.dist == "uniform":
+            return rng.integers(self.min, (self.max or self.min) + 1, size=n)
+        assert self.mean is not None and self.std is not None
+        if self.dist == "normal":
+            raw = rng.normal(self.mean, self.std, size=n)
+        else:
+            sigma2 = math.log1p((self.std / self.mean) ** 2)
+            raw = rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size=n)
+        upper = self.max if self.max is not None else np.inf
+        return np.clip(np.rint(raw), self.min, upper).astype(np.int64)
+
+    def mean_tokens(self) -> float:
+        """The nominal mean (before clipping), for reports."""
+        if self.dist == "fixed":
+            return float(self.value or 0)
+        if self.dist == "uniform":
+            return (self.min + (self.max or self.min)) / 2
+        return float(self.mean or 0)
+
+    def describe(self) -> str:
+        if self.dist == "fixed":
+            return str(self.value)
+        if self.dist == "uniform":
+            return f"uniform[{self.min}, {self.max}]"
+        bounds = f" in [{self.min}, {self.max if self.max is not None else 'inf'}]"
+        return f"{self.dist}(mean {self.mean:g}, std {self.std:g}){bounds}"
+
+
+def parse_length_spec(text: str) -> LengthDistribution:
+    """Parse the command-line form (see LENGTH_SPEC_HELP); raise ValueError with the accepted forms."""
+    parts = text.strip().split(":")
+    try:
+        if len(parts) == 1:
+            return LengthDistribution(dist="fixed", value=int(parts[0]))
+        kind, numbers = parts[0], [float(p) for p in parts[1:]]
+        if kind == "uniform" and len(numbers) == 2:
+            return LengthDistribution(dist="uniform", min=int(numbers[0]), max=int(numbers[1]))
+        if kind in ("normal", "lognormal") and len(numbers) in (2, 4):
+            bounds = {"min": int(numbers[2]), "max": int(numbers[3])} if len(numbers) == 4 else {}
+            return LengthDistribution(dist=kind, mean=numbers[0], std=numbers[1], **bounds)
+    except ValueError as exc:
+        raise ValueError(f"bad length '{text}': {_first_error(exc)}; accepted: {LENGTH_SPEC_HELP}") from None
+    raise ValueError(f"bad length '{text}'; accepted: {LENGTH_SPEC_HELP}")
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return str(first.get("msg", exc))
+    return str(exc)
+
+
+class SharedPrefix(BaseModel):
+    """G groups, each with its own system prompt of `tokens` tokens, followed by a unique question."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    groups: int = Field(ge=1)
+    tokens: int = Field(ge=1)
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api: Literal["chat", "completions"] = "chat"
+    input_tokens: LengthDistribution = LengthDistribution(dist="fixed", value=256)
+    output_tokens: LengthDistribution = LengthDistribution(dist="fixed", value=128)
+    shared_prefix: SharedPrefix | None = None
+    seed: int = 0
+    temperature: float | None = Field(default=0.0, ge=0)
+    ignore_eos: bool = True

@@ -1,0 +1,95 @@
+"""The run directory: the contract between a sweep and everything that reads it afterwards.
+
+    runs/<utc-time>-<engine>-<scenario>/
+        run.json         tool version, engine, hardware, resolved scenario, load settings, status
+        requests.jsonl   one RequestRecord per line, appended as each request ends
+        levels.jsonl     one line per finished level: timing and the client's check on itself
+        summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
+        engine.log       the engine's output, when the toolkit launched it
+
+Everything in a report can be recomputed from these files alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from loadgen.metrics import SLO, LevelSummary, summarize
+from loadgen.recorder import read_jsonl, read_records
+from loadgen.types import ClientCheck, RequestRecord
+
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+LEVELS_FILE = "levels.jsonl"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_JSON = "summary.json"
+
+
+class RunDirError(Exception):
+    pass
+
+
+def new_run_dir(root: Path, engine: str, scenario: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    base = root / f"{stamp}-{engine}-{scenario}"
+    path, suffix = base, 1
+    while path.exists():
+        suffix += 1
+        path = base.with_name(f"{base.name}-{suffix}")
+    path.mkdir(parents=True)
+    return path
+
+
+def write_run_json(run_dir: Path, run: dict[str, Any]) -> None:
+    tmp = run_dir / (RUN_FILE + ".tmp")
+    tmp.write_text(json.dumps(run, indent=2, default=str) + "\n")
+    tmp.replace(run_dir / RUN_FILE)
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no {RUN_FILE}; is this a run directory?")
+    return json.loads(path.read_text())
+
+
+def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    path = run_dir / LEVELS_FILE
+    return {row["level"]: row for row in read_jsonl(path)} if path.is_file() else {}
+
+
+def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
+    """Recompute every level's summary from the records on disk, in the order the levels ran."""
+    run = read_run_json(run_dir)
+    if slo is None:
+        slo = SLO.model_validate(run.get("scenario", {}).get("slo", {}))
+    records_path = run_dir / REQUESTS_FILE
+    if not records_path.is_file():
+        raise RunDirError(f"{run_dir}: no {REQUESTS_FILE}; the sweep ended before any request finished")
+    by_level: dict[str, list[RequestRecord]] = {}
+    for record in read_records(records_path):
+        by_level.setdefault(record.level, []).append(record)
+    level_runs = read_level_runs(run_dir)
+    summaries = []
+    for level, records in by_level.items():
+        if all(r.is_warmup for r in records):
+            continue
+        client = level_runs.get(level, {}).get("client")
+        summaries.append(summarize(records, slo, ClientCheck(**client) if client else None))
+    return summaries
+
+
+def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
+    rows = [s.flat() for s in summaries]
+    (run_dir / SUMMARY_JSON).write_text(json.dumps([asdict(s) for s in summaries], indent=2) + "\n")
+    if not rows:
+        return
+    with (run_dir / SUMMARY_CSV).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,141 @@
+"""`bench sweep` and `bench summarize` as a user runs them: a real process against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ScriptedServer
+
+BENCH = [sys.executable, "-m", "bench"]
+
+
+def bench(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def sweep_args(server: ScriptedServer, out: Path, *extra: str) -> list[str]:
+    return ["sweep", "--engine", "endpoint", "--base-url", server.base_url, "--model", "scripted",
+            "--out", str(out), *extra]
+
+
+def only_run_dir(out: Path) -> Path:
+    (run_dir,) = list(out.iterdir())
+    return run_dir
+
+
+def test_sweep_writes_a_complete_run_directory_and_summarize_recomputes_it(scripted, tmp_path) -> None:
+    scripted.set_script(ttft_ms=20, itl_ms=5)
+    result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "1,4", "--requests", "8",
+                               "--output-tokens", "16", "--input-tokens", "uniform:10:30"))
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert {p.name for p in run_dir.iterdir()} >= {"run.json", "requests.jsonl", "summary.csv", "summary.json",
+                                                    "levels.jsonl"}
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and run["levels"] == ["c1", "c4"]
+    assert run["scenario"]["workload"]["input_tokens"] == {"dist": "uniform", "value": None, "mean": None,
+                                                          "std": None, "min": 10, "max": 30}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [row["level"] for row in summary] == ["c1", "c4"]
+    assert all(row["num_ok"] == 8 for row in summary)
+    before = (run_dir / "summary.csv").read_text()
+    (run_dir / "summary.csv").unlink()
+    again = bench("summarize", str(run_dir))
+    assert again.returncode == 0, again.stderr
+    assert (run_dir / "summary.csv").read_text() == before
+    assert "c4" in again.stdout
+
+
+def test_api_key_value_never_reaches_disk_or_output(scripted, tmp_path) -> None:
+    secret = "sk-test-5c7e3d1f9a"
+    result = bench(*sweep_args(scripted, tmp_path, "--api-key-env", "MY_PROVIDER_KEY", "--concurrency", "1",
+                               "--requests", "2", "--output-tokens", "4"), env={"MY_PROVIDER_KEY": secret})
+    assert result.returncode == 0, result.stderr
+    assert secret not in result.stdout + result.stderr
+    run_dir = only_run_dir(tmp_path)
+    for path in run_dir.iterdir():
+        assert secret not in path.read_text(), path.name
+    assert json.loads((run_dir / "run.json").read_text())["endpoint"]["api_key_env"] == "MY_PROVIDER_KEY"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--concurrency", "0"], "--concurrency 0: expected comma-separated whole numbers >= 1"),
+    (["--concurrency", "a,b"], "--concurrency a,b: expected comma-separated whole numbers >= 1"),
+    (["--rate", "-2"], "--rate -2: expected comma-separated numbers > 0"),
+    (["--input-tokens", "normal:10"], "bad length 'normal:10'"),
+    (["--api-key-env", "SURELY_NOT_SET_ANYWHERE"], "SURELY_NOT_SET_ANYWHERE, but that environment variable is not set"),
+    (["--engine", "warp-drive"], "unknown --engine 'warp-drive'; choose one of"),
+    (["--scenario", "nope"], "--scenario nope: not a file, and not one of the shipped scenarios"),
+])
+def test_bad_flags_get_one_line_naming_the_flag(scripted, tmp_path, extra: list[str], message: str) -> None:
+    result = bench(*sweep_args(scripted, tmp_path, "--requests", "1", *extra))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_unreachable_url_and_unlisted_model_are_reported_before_any_load(scripted, tmp_path) -> None:
+    result = bench("sweep", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                   "--out", str(tmp_path))
+    assert result.returncode == 2 and "cannot reach --base-url http://127.0.0.1:9/v1" in result.stderr
+    result = bench("sweep", "--engine", "endpoint", "--base-url", scripted.base_url, "--model", "llama-9000",
+                   "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "--model 'llama-9000' is not served at" in result.stderr and "it serves: scripted" in result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: x\nworkload: {api: chat\n", "not valid YAML"),
+    ("name: x\nload: {concurency: [1]}\n", "load.concurency: unknown field"),
+    ("name: x\nworkload: {output_tokens: {dist: normal, mean: 5}}\n", "workload.output_tokens"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_malformed_scenarios_name_the_file_and_field(scripted, tmp_path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = bench(*sweep_args(scripted, tmp_path / "runs", "--scenario", str(path)))
+    assert result.returncode == 2
+    assert str(path) in result.stderr and message in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_sweep_keeps_every_record_already_written(scripted, tmp_path, sig: signal.Signals) -> None:
+    scripted.set_script(ttft_ms=10, itl_ms=10)
+    process = subprocess.Popen([*BENCH, *sweep_args(scripted, tmp_path, "--concurrency", "4", "--duration", "60",
+                                                    "--output-tokens", "10")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        records = _wait_for_records(tmp_path, at_least=12, timeout_s=20)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    run_dir = only_run_dir(tmp_path)
+    lines = (run_dir / "requests.jsonl").read_text().splitlines()
+    assert len(lines) >= records and all(json.loads(line)["ok"] for line in lines)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert json.loads((run_dir / "summary.json").read_text())[0]["num_ok"] >= records - 4
+
+
+def _wait_for_records(out: Path, at_least: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        files = list(out.glob("*/requests.jsonl"))
+        if files:
+            count = len(files[0].read_text().splitlines())
+            if count >= at_least:
+                return count
+        time.sleep(0.1)
+    raise AssertionError("the sweep wrote no records in time")

@@ -1,0 +1,43 @@
+"""Real local servers for tests: the scripted OpenAI-compatible server, run as its own process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class ScriptedServer:
+    process: subprocess.Popen[str]
+    base_url: str
+
+    def set_script(self, **changes: Any) -> None:
+        """Reset the script to its defaults, then apply `changes` (see loadgen.scripted_server.Script)."""
+        defaults = {"ttft_ms": 100.0, "itl_ms": 20.0, "tokens_per_chunk": 1, "fault": "none", "fault_every": 1,
+                    "fault_after_chunks": 3, "stall_ms": 1000.0, "model": "scripted"}
+        response = httpx.put(self.base_url.removesuffix("/v1") + "/_script", json={**defaults, **changes})
+        response.raise_for_status()
+
+
+@contextmanager
+def scripted_server() -> Iterator[ScriptedServer]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loadgen.scripted_server", "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r"(http://\S+/v1)", line)
+        assert match, f"scripted server did not start: {line!r}"
+        yield ScriptedServer(process, match.group(1))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
