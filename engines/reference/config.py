@@ -1,0 +1,89 @@
+"""Engine configuration: the sizes and policies of the memory and scheduling core.
+
+A frozen dataclass validated in `__post_init__`; every error names the field and what would be
+accepted. This module knows nothing about models or GPUs: the KV cache is counted in blocks of
+`block_size` tokens, and `num_kv_blocks_for_tokens` turns a token budget into blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+BatchingMode = Literal["none", "static", "continuous"]
+BATCHING_MODES: tuple[str, ...] = ("none", "static", "continuous")
+
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_KV_CACHE_TOKENS = 16_384
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the field and the accepted values."""
+
+
+def _require_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def num_kv_blocks_for_tokens(kv_cache_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """Blocks that fit in a budget of `kv_cache_tokens` token slots (rounded down to whole blocks)."""
+    _require_int("block_size", block_size, 1)
+    _require_int("kv_cache_tokens", kv_cache_tokens, block_size)
+    return kv_cache_tokens // block_size
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Sizes and policies of the reference engine's scheduler and KV cache.
+
+    block_size: tokens per KV block.
+    num_kv_blocks: blocks in the KV cache (see `for_kv_cache_tokens` to derive it from a token budget).
+    max_num_seqs: sequences running at once.
+    max_num_batched_tokens: tokens computed per step; prompts longer than what is left are chunked.
+    batching: "none" (one request at a time), "static" (a batch runs until all of it finished),
+        "continuous" (requests join and leave at every step).
+    enable_prefix_caching: reuse KV blocks of identical prompt prefixes.
+    max_num_waiting: bound of the waiting queue; beyond it the server answers 503.
+    max_model_len: longest sequence (prompt + output) in tokens; the cache must hold one.
+    """
+
+    block_size: int = DEFAULT_BLOCK_SIZE
+    num_kv_blocks: int = DEFAULT_KV_CACHE_TOKENS // DEFAULT_BLOCK_SIZE
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    batching: BatchingMode = "continuous"
+    enable_prefix_caching: bool = True
+    max_num_waiting: int = 1024
+    max_model_len: int = 4096
+
+    def __post_init__(self) -> None:
+        _require_int("block_size", self.block_size, 1)
+        _require_int("num_kv_blocks", self.num_kv_blocks, 1)
+        _require_int("max_num_seqs", self.max_num_seqs, 1)
+        _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _require_int("max_num_waiting", self.max_num_waiting, 0)
+        _require_int("max_model_len", self.max_model_len, 1)
+        if self.batching not in BATCHING_MODES:
+            raise ConfigError(f"batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError(f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}")
+        if self.max_model_len > self.kv_cache_tokens:
+            raise ConfigError(
+                f"max_model_len ({self.max_model_len}) must be <= the KV cache size "
+                f"num_kv_blocks * block_size ({self.num_kv_blocks} * {self.block_size} = "
+                f"{self.kv_cache_tokens} tokens): lower max_model_len or give the cache more tokens"
+            )
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """Token slots in the whole KV cache."""
+        return self.num_kv_blocks * self.block_size
+
+    @classmethod
+    def for_kv_cache_tokens(cls, kv_cache_tokens: int, **fields: Any) -> EngineConfig:
+        """A config whose `num_kv_blocks` is derived from a budget of `kv_cache_tokens` token slots."""
+        if "num_kv_blocks" in fields:
+            raise ConfigError("give either kv_cache_tokens or num_kv_blocks, not both")
+        block_size = fields.get("block_size", DEFAULT_BLOCK_SIZE)
+        return cls(num_kv_blocks=num_kv_blocks_for_tokens(kv_cache_tokens, block_size), **fields)

@@ -1,0 +1,262 @@
+"""Scheduler: which sequences compute how many tokens in the next step.
+
+It owns the block manager and the waiting/running queues. Each step, in this order:
+
+    out = scheduler.schedule()                      # (seq, num_new_tokens) pairs; blocks already cover them
+    token_ids = runner.run(out)                     # one sampled id per scheduled entry (None if not sampling)
+    for seq in scheduler.postprocess(out, token_ids):   # advances num_computed_tokens, appends sampled tokens
+        if <stop condition, or seq.num_tokens >= max_model_len>:
+            scheduler.finish(seq)
+
+`add` and `abort` are called between steps. An abort after the model ran and before `postprocess` is
+safe: postprocess skips sequences that are no longer running.
+
+Running sequences are served first, decodes before prefill chunks, then waiting ones are admitted
+(FCFS). When a running sequence needs a block and none is free, the newest running sequence is
+preempted by recompute: its blocks are freed and it goes back to the front of the waiting queue with
+its generated tokens, to be recomputed later. Batching modes: "continuous" admits at every step;
+"static" admits a batch only when the previous batch has entirely finished; "none" is static with a
+batch of one. This module knows nothing about models, tensors or sampling.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence as SequenceOf
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from engines.reference.block_manager import BlockManager
+from engines.reference.config import EngineConfig
+from engines.reference.prefix_cache import BlockHashFn, chain_hash
+from engines.reference.sequence import Sequence, SequenceStatus
+
+
+class QueueFullError(RuntimeError):
+    """`add` was called although `can_add()` said no (the server answers 503)."""
+
+
+class ScheduledSeq(NamedTuple):
+    """Compute seq.token_ids[seq.num_computed_tokens : + num_new_tokens]; sample after it if is_sampling."""
+
+    seq: Sequence
+    num_new_tokens: int
+    is_sampling: bool
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """One step's work: the scheduled entries (decodes first) and the sequences preempted by it."""
+
+    scheduled: tuple[ScheduledSeq, ...]
+    preempted: tuple[Sequence, ...] = ()
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(entry.num_new_tokens for entry in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass
+class _Step:
+    """Mutable builder of one step: the token budget left and what was decided so far."""
+
+    num_tokens_left: int
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        is_sampling = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
+        self.scheduled.append(ScheduledSeq(seq, num_new_tokens, is_sampling))
+        self.num_tokens_left -= num_new_tokens
+
+
+class Scheduler:
+    """Waiting and running queues over one block manager.
+
+    Changes: the queues, each sequence's status and blocks (through the block manager),
+    num_computed_tokens and token_ids (in `postprocess`). Never reads or changes sampling_params.
+    """
+
+    def __init__(self, config: EngineConfig, hash_fn: BlockHashFn = chain_hash) -> None:
+        self.config = config
+        self.block_manager = BlockManager(
+            config.num_kv_blocks, config.block_size, config.enable_prefix_caching, hash_fn
+        )
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order
+        self._by_id: dict[str, Sequence] = {}
+        self._batch_ids: set[str] = set()  # static/none: request ids of the current batch
+        self._max_batch_seqs = 1 if config.batching == "none" else config.max_num_seqs
+        self.num_preemptions = 0
+
+    # ---- queries ---------------------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def can_add(self) -> bool:
+        """Whether the waiting queue has room for a new request. Changes nothing."""
+        return len(self.waiting) < self.config.max_num_waiting
+
+    def can_ever_fit(self, num_tokens: int) -> bool:
+        """Whether a sequence of `num_tokens` (prompt + max output) fits max_model_len and the whole cache."""
+        return (
+            0 < num_tokens <= self.config.max_model_len
+            and self.block_manager.num_blocks_for(num_tokens) <= self.config.num_kv_blocks
+        )
+
+    # ---- requests in and out ---------------------------------------------------------------------
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence at the back of the waiting queue.
+
+        Raises QueueFullError if not `can_add()`, ValueError if its prompt can never fit or its id is taken.
+        """
+        if not self.can_add():
+            raise QueueFullError(f"waiting queue is full ({self.config.max_num_waiting} requests)")
+        if not self.can_ever_fit(seq.num_tokens):
+            raise ValueError(
+                f"request {seq.request_id!r}: {seq.num_tokens} prompt tokens exceed max_model_len "
+                f"({self.config.max_model_len}) or the KV cache ({self.config.kv_cache_tokens} tokens)"
+            )
+        if seq.request_id in self._by_id:
+            raise ValueError(f"request id {seq.request_id!r} is already queued or running")
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+        self._by_id[seq.request_id] = seq
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Remove a waiting or running sequence and free its blocks; None if the id is not known."""
+        seq = self._by_id.get(request_id)
+        if seq is None:
+            return None
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+            self._drop(seq)
+        else:
+            self.finish(seq)
+        return seq
+
+    def finish(self, seq: Sequence) -> None:
+        """Mark a running sequence finished and free its blocks (full blocks stay cached)."""
+        if seq.status is not SequenceStatus.RUNNING:
+            raise ValueError(f"request {seq.request_id!r} is {seq.status.value}, not running")
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        self._drop(seq)
+
+    def _drop(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        del self._by_id[seq.request_id]
+        self._batch_ids.discard(seq.request_id)
+
+    # ---- one step --------------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        """Decide this step's work; every scheduled sequence's block_table covers all its tokens."""
+        step = _Step(num_tokens_left=self.config.max_num_batched_tokens)
+        self._schedule_running(step)
+        self._admit_waiting(step)  # FCFS: a sequence preempted in this step heads the queue and blocks it
+        self._check_progress()
+        return SchedulerOutput(tuple(step.scheduled), tuple(step.preempted))
+
+    def _schedule_running(self, step: _Step) -> None:
+        # Decodes (1 uncomputed token) first, then prefill chunks; each group in admission order.
+        pending = sorted(self.running, key=lambda seq: seq.num_uncomputed_tokens > 1)
+        while pending and step.num_tokens_left > 0:
+            seq = pending.pop(0)
+            if self._reserve_blocks(seq, pending, step):
+                step.add(seq, min(seq.num_uncomputed_tokens, step.num_tokens_left))
+
+    def _reserve_blocks(self, seq: Sequence, pending: list[Sequence], step: _Step) -> bool:
+        """Make `seq`'s block_table cover its tokens, preempting the newest unscheduled sequences.
+
+        False when `seq` itself was the newest and got preempted.
+        """
+        while not self.block_manager.can_append(seq):
+            victim = max([*pending, seq], key=lambda candidate: candidate.arrival_index)
+            self._preempt(victim, step)
+            if victim is seq:
+                return False
+            pending.remove(victim)
+        self.block_manager.append_slot(seq)
+        return True
+
+    def _preempt(self, seq: Sequence, step: _Step) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        step.preempted.append(seq)
+
+    def _admit_waiting(self, step: _Step) -> None:
+        is_continuous = self.config.batching == "continuous"
+        is_new_batch = not self._batch_ids
+        while self.waiting and len(self.running) < self._max_batch_seqs:
+            seq = self.waiting[0]
+            if is_continuous and step.num_tokens_left == 0:
+                break
+            if not (is_continuous or is_new_batch or seq.request_id in self._batch_ids):
+                break  # static/none: the current batch has not finished yet
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.waiting.popleft()
+            self.block_manager.allocate(seq)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            if not is_continuous:
+                self._batch_ids.add(seq.request_id)
+            if step.num_tokens_left > 0:
+                step.add(seq, min(seq.num_uncomputed_tokens, step.num_tokens_left))
+
+    def _check_progress(self) -> None:
+        """Fail loudly, rather than loop forever, when the head of the queue outgrew the whole cache."""
+        if self.running or not self.waiting:
+            return
+        seq = self.waiting[0]
+        if self.block_manager.num_blocks_for(seq.num_tokens) > self.config.num_kv_blocks:
+            raise RuntimeError(
+                f"request {seq.request_id!r} has {seq.num_tokens} tokens and can never fit in the KV cache "
+                f"({self.config.kv_cache_tokens} tokens): the engine must finish sequences at max_model_len"
+            )
+
+    # ---- after the step --------------------------------------------------------------------------
+
+    def postprocess(self, output: SchedulerOutput, sampled_token_ids: SequenceOf[int | None]) -> list[Sequence]:
+        """Record a finished step; returns the sequences that got a new token, in scheduled order.
+
+        `sampled_token_ids` holds one entry per scheduled entry (ignored where not is_sampling).
+        Advances num_computed_tokens, caches newly full blocks, appends sampled tokens. Sequences
+        finished or aborted since `schedule()` are skipped. Never finishes a sequence: the engine
+        decides that and calls `finish`.
+        """
+        if len(sampled_token_ids) != len(output.scheduled):
+            raise ValueError(
+                f"expected {len(output.scheduled)} sampled token ids (one per scheduled entry), "
+                f"got {len(sampled_token_ids)}"
+            )
+        sampled: list[Sequence] = []
+        for (seq, num_new_tokens, is_sampling), token_id in zip(output.scheduled, sampled_token_ids, strict=True):
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            self.block_manager.mark_computed(seq, num_new_tokens)
+            if is_sampling:
+                if token_id is None:
+                    raise ValueError(f"request {seq.request_id!r} was sampling but got no token id")
+                seq.token_ids.append(token_id)
+                sampled.append(seq)
+        return sampled
