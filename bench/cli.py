@@ -71,7 +71,8 @@ def sweep(
     try:
         resolved = build_scenario(scenario, overrides)
         launcher = make_launcher(engine, base_url=base_url, model=model, api_key_env=api_key_env)
-        plan = SweepPlan(resolved, out, strict_openai=strict_openai, tokenizer=_load_tokenizer(tokenizer))
+        plan = SweepPlan(resolved, out, engine_kind=engine, strict_openai=strict_openai,
+                         tokenizer=_load_tokenizer(tokenizer))
     except (ScenarioError, EngineError, ValueError) as exc:
         fail(str(exc))
     _terminate_like_interrupt()

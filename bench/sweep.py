@@ -10,6 +10,7 @@ flatter a later level) and two engines swept with the same scenario get the same
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
@@ -33,7 +34,8 @@ from reports import results
 TOOL_NAME = "llm-selfhost-bench"
 WARMUP_SEED_OFFSET = 1_000_003
 
-Launcher = Callable[[], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
+# Given the run directory (for engine.log), a context manager that yields the endpoint and stops the engine.
+Launcher = Callable[[Path], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
 
 
 class SweepProgress(Protocol):
@@ -46,6 +48,7 @@ class SweepProgress(Protocol):
 class SweepPlan:
     scenario: Scenario
     runs_root: Path
+    engine_kind: str = "endpoint"
     strict_openai: bool = False
     tokenizer: PromptTokenizer | None = None
     extra_run_info: dict[str, Any] = field(default_factory=dict)
@@ -74,20 +77,29 @@ def plan_levels(load: LoadSettings) -> list[Level]:
 
 
 def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None = None) -> SweepResult:
-    """Launch (or attach to) the engine, run every level, and always leave a consistent run directory."""
+    """Launch (or attach to) the engine, run every level, and always leave a consistent run directory.
+
+    The run directory exists before the engine starts, so a launched engine logs into it; if the engine
+    never started and left no log, the empty directory is removed again."""
     plan.bounds()  # validate before anything starts
-    with launch() as (endpoint, engine):
-        run_dir = results.new_run_dir(plan.runs_root, engine.name, plan.scenario.name)
-        run = _run_json(plan, endpoint, engine, run_dir)
-        results.write_run_json(run_dir, run)
-        status = "interrupted"
-        try:
+    run_dir = results.new_run_dir(plan.runs_root, plan.engine_kind, plan.scenario.name)
+    run = _run_json(plan, run_dir)
+    results.write_run_json(run_dir, run)
+    status, started = "interrupted", False
+    try:
+        with launch(run_dir) as (endpoint, engine):
+            started = True
+            run.update(status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint))
+            results.write_run_json(run_dir, run)
             _run_levels(plan, endpoint, engine, run_dir, progress)
-            status = "complete"
-        except Exception as exc:
-            status = f"failed: {type(exc).__name__}: {exc}"
-            raise
-        finally:
+        status = "complete"
+    except Exception as exc:
+        status = f"failed: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        if not started and not (run_dir / results.ENGINE_LOG).exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
             run.update(status=status, finished_at=_now())
             results.write_run_json(run_dir, run)
             summaries = _resummarize(run_dir)
@@ -135,14 +147,17 @@ def _find(summaries: list[LevelSummary], level_run: LevelRun) -> LevelSummary | 
     return next((s for s in summaries if s.level == level_run.level), None)
 
 
-def _run_json(plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path) -> dict[str, Any]:
+def _endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
+    return {"base_url": endpoint.base_url, "model": endpoint.model, "api_key_env": endpoint.api_key_env}
+
+
+def _run_json(plan: SweepPlan, run_dir: Path) -> dict[str, Any]:
     return {
         "tool": {"name": TOOL_NAME, "version": tool_version()},
         "run_id": run_dir.name,
-        "status": "running",
+        "status": "starting",
         "started_at": _now(),
-        "engine": asdict(engine),
-        "endpoint": {"base_url": endpoint.base_url, "model": endpoint.model, "api_key_env": endpoint.api_key_env},
+        "engine": {"name": plan.engine_kind},
         "hardware": describe_host(),
         "scenario": plan.scenario.model_dump(mode="json"),
         "levels": [level.label for level in plan.levels()],

@@ -33,11 +33,12 @@ CASES = [  # (name, concurrency, output tokens per request)
 ]
 
 
-def start_server(port: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, timing: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """The scripted server in its own process, on the last core (the client takes the first)."""
     cores = sorted(os.sched_getaffinity(0))
     pin = ["taskset", "-c", str(cores[-1])] if len(cores) > 1 else []
-    command = [*pin, sys.executable, "-m", "loadgen.scripted_server", "--port", str(port), "--ttft-ms", "0",
-               "--itl-ms", "0"]
+    timing = timing or ["--ttft-ms", "0", "--itl-ms", "0"]
+    command = [*pin, sys.executable, "-m", "loadgen.scripted_server", "--port", str(port), *timing]
     server = subprocess.Popen(command, stdout=subprocess.PIPE)
     assert server.stdout is not None
     server.stdout.readline()  # "listening on ..."
@@ -45,7 +46,8 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
 
 
 async def measure(port: int, concurrency: int, output_tokens: int, duration_s: float) -> tuple[float, ...]:
-    workload = Workload(input_tokens=LengthDistribution(value=32), output_tokens=LengthDistribution(value=output_tokens))
+    lengths = {"input_tokens": LengthDistribution(value=32), "output_tokens": LengthDistribution(value=output_tokens)}
+    workload = Workload(**lengths)
     options = ClientOptions(f"http://127.0.0.1:{port}/v1", "scripted")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "requests.jsonl"

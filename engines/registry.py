@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from engines.types import Endpoint, EngineInfo
 
-Launcher = Callable[[], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
+Launcher = Callable[[Path], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
 
 
 class EngineError(Exception):
@@ -30,7 +31,7 @@ def _endpoint_launcher(base_url: str | None = None, model: str | None = None,
         endpoint = Endpoint(base_url.rstrip("/"), model, api_key_env)
     except ValueError as exc:
         raise EngineError(f"--base-url: {exc}") from None
-    return lambda: use_endpoint(endpoint)
+    return lambda run_dir: use_endpoint(endpoint)
 
 
 ENGINES: dict[str, Callable[..., Launcher]] = {

@@ -76,8 +76,12 @@ class ScriptedProtocol(asyncio.Protocol):
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
-        arrived = time.perf_counter()
+        # Stamp now, answer on the next loop pass: when many requests land together, every one of them
+        # is stamped before any is handled, so the schedule starts from when each really arrived.
         self.buffer += data
+        asyncio.get_running_loop().call_soon(self.handle_buffered, time.perf_counter())
+
+    def handle_buffered(self, arrived: float) -> None:
         while True:
             head_end = self.buffer.find(b"\r\n\r\n")
             if head_end < 0:
@@ -205,8 +209,7 @@ class StreamPlan:
     def event(self, index: int) -> bytes:
         sent = self.tokens_sent_after(index)
         count = sent - index * self.script.tokens_per_chunk
-        usage = _usage(self.prompt_tokens, sent) if self.continuous_usage else None
-        return _event(" x" * count, self.is_chat, usage=usage)
+        return _token_event(count, self.is_chat, self.prompt_tokens if self.continuous_usage else None, sent)
 
     def tail(self) -> bytes:
         usage = _usage(self.prompt_tokens, self.num_tokens)
@@ -222,6 +225,13 @@ def _instant_answer(num_tokens: int, prompt_tokens: int, is_chat: bool, script: 
     plan.prompt_tokens = prompt_tokens
     payload = b"".join(plan.event(i) for i in range(plan.num_chunks)) + plan.tail()
     return b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_event(count: int, is_chat: bool, prompt_tokens: int | None, sent: int) -> bytes:
+    """One chunk of `count` tokens (cached: the server's cost per chunk must stay tiny)."""
+    usage = _usage(prompt_tokens, sent) if prompt_tokens is not None else None
+    return _event(" x" * count, is_chat, usage=usage)
 
 
 def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: dict | None = None) -> bytes:

@@ -28,6 +28,7 @@ REQUESTS_FILE = "requests.jsonl"
 LEVELS_FILE = "levels.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
+ENGINE_LOG = "engine.log"
 
 
 class RunDirError(Exception):

@@ -1,0 +1,95 @@
+"""Measured vs true timing: the load generator against a server whose timing is known.
+
+The scripted server (its own process, pinned to its own core where there is one) answers every request
+with the first token after TTFT and one token every ITL after it. A client that measures right reports
+those values back at every concurrency; the true output rate of N users is N * tokens / (ttft + (tokens -
+1) * itl). Prints each figure, the truth and the error, and the tolerance it is held to. Usage:
+
+    python benchmarks/loadgen_accuracy.py [--levels 1,8,50,256] [--duration 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+from benchmarks.loadgen_ceiling import start_server
+from loadgen.arrivals import Level
+from loadgen.client import ClientOptions
+from loadgen.datasets import iter_requests
+from loadgen.metrics import LevelSummary, summarize
+from loadgen.recorder import JsonlWriter, read_records
+from loadgen.runner import LevelBounds, LevelContext, run_level
+from loadgen.workload import LengthDistribution, Workload
+
+TTFT_MS, ITL_MS, TOKENS = 100.0, 20.0, 128
+
+
+def tolerances(concurrency: int) -> dict[str, tuple[str, float]]:
+    """(kind, bound) per figure: 'abs' in ms or 'rel' as a fraction. 256 users tick in the same few ms."""
+    wide = concurrency >= 256
+    return {
+        "ttft p50": ("abs", 3.0 if wide else 2.0),
+        "itl p50": ("rel", 0.02),
+        "itl p99": ("rel", 0.15 if wide else 0.05),
+        "output tokens/s": ("rel", 0.02),
+    }
+
+
+async def measure(port: int, concurrency: int, duration_s: float) -> LevelSummary:
+    workload = Workload(input_tokens=LengthDistribution(value=64), output_tokens=LengthDistribution(value=TOKENS))
+    options = ClientOptions(f"http://127.0.0.1:{port}/v1", "scripted")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "requests.jsonl"
+        with JsonlWriter(path) as writer:
+            ctx = LevelContext("accuracy", "scripted", Level("concurrency", concurrency), options, writer)
+            warmup = iter_requests(workload.model_copy(update={"seed": 1}))
+            run = await run_level(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload), warmup)
+        return summarize(read_records(path), client=run.client)
+
+
+def report(concurrency: int, s: LevelSummary) -> bool:
+    truth = {"ttft p50": TTFT_MS, "itl p50": ITL_MS, "itl p99": ITL_MS,
+             "output tokens/s": concurrency * TOKENS / ((TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000)}
+    measured = {"ttft p50": s.ttft_ms.p50, "itl p50": s.itl_ms.p50, "itl p99": s.itl_ms.p99,
+                "output tokens/s": s.output_tokens_per_s}
+    all_ok = True
+    for name, (kind, bound) in tolerances(concurrency).items():
+        value, true = measured[name] or float("nan"), truth[name]
+        error = value - true if kind == "abs" else (value - true) / true
+        ok = abs(error) <= bound
+        all_ok &= ok
+        shown = f"{error:+.2f} ms" if kind == "abs" else f"{error:+.2%}"
+        limit = f"{bound:g} ms" if kind == "abs" else f"{bound:.0%}"
+        print(f"  c={concurrency:<4d} {name:16s} measured {value:10.2f}  true {true:10.2f}  error {shown:>9s}"
+              f"  (within {limit}: {'yes' if ok else 'NO'})")
+    client = s.client
+    assert client is not None
+    print(f"  c={concurrency:<4d} held {s.mean_in_flight:.1f} in flight, client cpu {client.client_cpu_fraction:.0%}, "
+          f"loop lag p99 {client.loop_lag_p99_ms:.1f} ms, send delay p50 {s.send_delay_ms.p50:.2f} ms, "
+          f"failed {s.num_failed}", flush=True)
+    return all_ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--levels", default="1,8,50,256")
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--port", type=int, default=8021)
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
+    try:
+        results = [report(c, asyncio.run(measure(args.port, c, args.duration)))
+                   for c in (int(v) for v in args.levels.split(","))]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    print("all within tolerance" if all(results) else "SOME FIGURES OUT OF TOLERANCE")
+
+
+if __name__ == "__main__":
+    main()

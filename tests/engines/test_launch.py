@@ -1,0 +1,112 @@
+"""Process lifecycle: ready when it answers, a clear error with the log when it doesn't, never a leftover."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from engines.launch import EngineStartError, ProcessSpec, check_port_free, free_port, run_process
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is not running
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def scripted_spec(port: int, **changes) -> ProcessSpec:
+    command = [sys.executable, "-m", "loadgen.scripted_server", "--port", str(port)]
+    return ProcessSpec("scripted", command, [f"http://127.0.0.1:{port}/health"], **changes)
+
+
+def python_spec(code: str, timeout_s: float = 30.0) -> ProcessSpec:
+    port = free_port()
+    return ProcessSpec("toy", [sys.executable, "-c", code], [f"http://127.0.0.1:{port}/health"],
+                       ready_timeout_s=timeout_s)
+
+
+def test_started_engine_is_ready_logged_and_gone_afterwards(tmp_path) -> None:
+    port = free_port()
+    log = tmp_path / "engine.log"
+    with run_process(scripted_spec(port), log) as started:
+        assert started.time_to_ready_s > 0
+        pid = started.pid
+        assert alive(pid)
+        with socket.create_connection(("127.0.0.1", port)):
+            pass
+    assert not alive(pid)
+    assert "listening on" in log.read_text()
+
+
+def test_engine_that_dies_during_startup_fails_fast_with_its_log_tail(tmp_path) -> None:
+    spec = python_spec("import sys; print('weights not found: /models/x', flush=True); sys.exit(3)")
+    started = time.monotonic()
+    with pytest.raises(EngineStartError, match="exited with code 3 during start-up") as error:
+        with run_process(spec, tmp_path / "engine.log"):
+            pass
+    assert "weights not found: /models/x" in str(error.value)
+    assert time.monotonic() - started < 10
+
+
+def test_engine_that_never_answers_times_out_and_is_stopped(tmp_path) -> None:
+    spec = python_spec("import os, time; print(os.getpid(), flush=True); time.sleep(120)", timeout_s=1.5)
+    with pytest.raises(EngineStartError, match="was not ready after 1.5 s"):
+        with run_process(spec, tmp_path / "engine.log"):
+            pass
+    pid = int((tmp_path / "engine.log").read_text().split()[0])
+    assert not alive(pid)
+
+
+def test_an_exception_inside_the_block_still_stops_the_engine(tmp_path) -> None:
+    port = free_port()
+    with pytest.raises(RuntimeError, match="boom"):
+        with run_process(scripted_spec(port), tmp_path / "engine.log") as started:
+            pid = started.pid
+            raise RuntimeError("boom")
+    assert not alive(pid)
+
+
+def test_children_and_a_leader_that_ignores_sigterm_are_killed(tmp_path, monkeypatch) -> None:
+    """The whole process group goes, even a leader that ignores SIGTERM and the children it forked."""
+    import engines.launch as launch
+
+    monkeypatch.setattr(launch, "STOP_GRACE_S", 1.0)
+    port = free_port()
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"print(child.pid, flush=True)\n"
+        f"subprocess.Popen([sys.executable, '-m', 'loadgen.scripted_server', '--port', '{port}'])\n"
+        "time.sleep(120)\n"
+    )
+    spec = ProcessSpec("stubborn", [sys.executable, "-c", code], [f"http://127.0.0.1:{port}/health"])
+    with run_process(spec, tmp_path / "engine.log") as started:
+        leader = started.pid
+        child = int((tmp_path / "engine.log").read_text().split()[0])
+        assert alive(child)
+    assert not alive(leader) and not alive(child)
+
+
+def test_a_port_in_use_is_named_in_the_error() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(EngineStartError, match=f"port {port} is already in use"):
+            check_port_free(port)
+
+
+def test_a_missing_binary_is_a_start_error(tmp_path) -> None:
+    spec = ProcessSpec("ghost", ["definitely-not-a-binary-xyz"], ["http://127.0.0.1:1/health"])
+    with pytest.raises(EngineStartError, match="cannot run 'definitely-not-a-binary-xyz': not found"):
+        with run_process(spec, tmp_path / "engine.log"):
+            pass
