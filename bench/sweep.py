@@ -9,7 +9,6 @@ flatter a later level) and two engines swept with the same scenario get the same
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -27,7 +26,7 @@ from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
 from loadgen.metrics import LevelSummary
 from loadgen.recorder import JsonlWriter
-from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level
+from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
 from loadgen.types import RequestRecord
 from reports import results
 
@@ -127,7 +126,7 @@ def _run_levels(
                 progress.level_started(level, bounds)
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
                                on_record=progress.request_finished if progress else None)
-            level_run = asyncio.run(run_level(ctx, bounds, specs, warmup_specs))
+            level_run = run_level_blocking(ctx, bounds, specs, warmup_specs)
             levels.write(asdict(level_run))
             summaries = _resummarize(run_dir)
             if progress:

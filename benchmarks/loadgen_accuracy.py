@@ -11,7 +11,6 @@ those values back at every concurrency; the true output rate of N users is N * t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
 from loadgen.metrics import LevelSummary, summarize
 from loadgen.recorder import JsonlWriter, read_records
-from loadgen.runner import LevelBounds, LevelContext, run_level
+from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
 from loadgen.workload import LengthDistribution, Workload
 
 TTFT_MS, ITL_MS, TOKENS = 100.0, 20.0, 128
@@ -39,7 +38,7 @@ def tolerances(concurrency: int) -> dict[str, tuple[str, float]]:
     }
 
 
-async def measure(port: int, concurrency: int, duration_s: float) -> LevelSummary:
+def measure(port: int, concurrency: int, duration_s: float) -> LevelSummary:
     workload = Workload(input_tokens=LengthDistribution(value=64), output_tokens=LengthDistribution(value=TOKENS))
     options = ClientOptions(f"http://127.0.0.1:{port}/v1", "scripted")
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +46,7 @@ async def measure(port: int, concurrency: int, duration_s: float) -> LevelSummar
         with JsonlWriter(path) as writer:
             ctx = LevelContext("accuracy", "scripted", Level("concurrency", concurrency), options, writer)
             warmup = iter_requests(workload.model_copy(update={"seed": 1}))
-            run = await run_level(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload), warmup)
+            run = run_level_blocking(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload), warmup)
         return summarize(read_records(path), client=run.client)
 
 
@@ -83,7 +82,7 @@ def main() -> None:
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
     try:
-        results = [report(c, asyncio.run(measure(args.port, c, args.duration)))
+        results = [report(c, measure(args.port, c, args.duration))
                    for c in (int(v) for v in args.levels.split(","))]
     finally:
         server.terminate()

@@ -10,7 +10,6 @@ Each figure is the median of several repeats. Usage:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
 from loadgen.metrics import summarize
 from loadgen.recorder import JsonlWriter, read_records
-from loadgen.runner import LevelBounds, LevelContext, run_level
+from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
 from loadgen.workload import LengthDistribution, Workload
 
 CASES = [  # (name, concurrency, output tokens per request)
@@ -45,7 +44,7 @@ def start_server(port: int, timing: list[str] | None = None) -> subprocess.Popen
     return server
 
 
-async def measure(port: int, concurrency: int, output_tokens: int, duration_s: float) -> tuple[float, ...]:
+def measure(port: int, concurrency: int, output_tokens: int, duration_s: float) -> tuple[float, ...]:
     lengths = {"input_tokens": LengthDistribution(value=32), "output_tokens": LengthDistribution(value=output_tokens)}
     workload = Workload(**lengths)
     options = ClientOptions(f"http://127.0.0.1:{port}/v1", "scripted")
@@ -53,7 +52,7 @@ async def measure(port: int, concurrency: int, output_tokens: int, duration_s: f
         path = Path(tmp) / "requests.jsonl"
         with JsonlWriter(path) as writer:
             ctx = LevelContext("ceiling", "scripted", Level("concurrency", concurrency), options, writer)
-            run = await run_level(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload),
+            run = run_level_blocking(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload),
                                   iter_requests(workload))
         summary = summarize(read_records(path), client=run.client)
     return (summary.output_tokens_per_s, summary.request_per_s, summary.mean_in_flight,
@@ -70,7 +69,7 @@ def main() -> None:
     server = start_server(args.port)
     try:
         for name, concurrency, output_tokens in CASES:
-            runs = [asyncio.run(measure(args.port, concurrency, output_tokens, args.duration))
+            runs = [measure(args.port, concurrency, output_tokens, args.duration)
                     for _ in range(args.repeats)]
             tokens, requests, held, cpu, failed = (statistics.median(column) for column in zip(*runs, strict=True))
             print(f"{name:38s} c={concurrency:<4d} {tokens:10.0f} tokens/s {requests:8.0f} requests/s "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
 from loadgen.metrics import SLO, LevelSummary, summarize
 from loadgen.recorder import JsonlWriter, read_records
-from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level
+from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
 from loadgen.types import RequestRecord
 from loadgen.workload import Workload, parse_length_spec
 
@@ -26,6 +25,6 @@ def run_one_level(
     with JsonlWriter(path) as writer:
         ctx = LevelContext("test", "scripted", level, options, writer)
         warmup = iter_requests(workload.model_copy(update={"seed": 99}))
-        level_run = asyncio.run(run_level(ctx, bounds, iter_requests(workload), warmup))
+        level_run = run_level_blocking(ctx, bounds, iter_requests(workload), warmup)
     records = read_records(path)
     return summarize(records, slo, level_run.client), records, level_run
