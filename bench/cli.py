@@ -31,9 +31,14 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 @app.command()
 def sweep(
-    engine: str = typer.Option("endpoint", help="Engine kind: endpoint (a running OpenAI-compatible server)."),
+    engine: str = typer.Option("reference", help="reference (the embedded engine, launched here) or endpoint "
+                                                 "(an OpenAI-compatible server already running)."),
     base_url: str = typer.Option(None, help="Endpoint base URL, ending in /v1."),
-    model: str = typer.Option(None, help="Model name as the server lists it."),
+    model: str = typer.Option(None, help="Model: for endpoint, the name the server lists; for reference, a .gguf "
+                                         "file, a safetensors directory, dummy:<preset> or default (SmolLM2-135M)."),
+    engine_arg: list[str] = typer.Option(None, help="KEY=VALUE passed to a launched engine as --KEY VALUE "
+                                                    "(repeatable), e.g. batching=static."),
+    port: int = typer.Option(None, help="Port for a launched engine (default: a free one)."),
     api_key_env: str = typer.Option(None, help="NAME of the environment variable holding the API key."),
     scenario: str = typer.Option("chat", help="Scenario file, or the name of a shipped one."),
     concurrency: str = typer.Option(None, help="Closed-loop levels, e.g. 1,8,50."),
@@ -60,6 +65,7 @@ def sweep(
     from bench.scenario import ScenarioError
     from bench.sweep import SweepPlan, run_sweep
     from engines.endpoint import EndpointError
+    from engines.launch import EngineStartError
     from engines.registry import EngineError, make_launcher
 
     overrides = SweepOverrides(
@@ -70,7 +76,8 @@ def sweep(
     )
     try:
         resolved = build_scenario(scenario, overrides)
-        launcher = make_launcher(engine, base_url=base_url, model=model, api_key_env=api_key_env)
+        launcher = make_launcher(engine, base_url=base_url, model=model, api_key_env=api_key_env,
+                                 engine_args=engine_arg, port=port)
         plan = SweepPlan(resolved, out, engine_kind=engine, strict_openai=strict_openai,
                          tokenizer=_load_tokenizer(tokenizer))
     except (ScenarioError, EngineError, ValueError) as exc:
@@ -79,7 +86,7 @@ def sweep(
     try:
         with RichSweepProgress(console) as progress:
             result = run_sweep(plan, launcher, progress)
-    except (EndpointError, EngineError) as exc:
+    except (EndpointError, EngineError, EngineStartError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")

@@ -174,7 +174,7 @@ def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
             tpot.append((times[-1] - times[0]) / (r.output_tokens - 1))
         gaps = np.diff(times)
         icl.append(gaps)
-        tokens = np.asarray(r.chunk_tokens[1:])
+        tokens = np.asarray(r.chunk_tokens[1:], dtype=np.int64)
         itl.append(np.repeat(gaps / np.maximum(tokens, 1), tokens))
         if r.scheduled_s is not None:
             delay = r.send_s - r.scheduled_s

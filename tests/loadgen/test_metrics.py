@@ -119,3 +119,16 @@ def test_summary_flattens_to_one_row_with_stat_columns() -> None:
 def test_warmup_records_are_left_out() -> None:
     warm = record(0.0, [5.0, 6.0], is_warmup=True)
     assert summarize([*GOLDEN, warm]).num_requests == 3
+
+
+def test_a_single_chunk_answer_has_a_ttft_and_no_itl() -> None:
+    s = summarize([record(0.0, [0.2], [5])])
+    assert s.ttft_ms.p50 == pytest.approx(200) and s.itl_ms.p50 is None
+    assert s.tpot_ms.p50 == pytest.approx(0.0)
+
+
+def test_a_level_where_every_request_failed_still_summarizes() -> None:
+    failed = [record(0.0, [], ok=False, error_kind="no_tokens", user=u) for u in range(3)]
+    s = summarize(failed)
+    assert (s.num_ok, s.failure_rate, s.output_tokens_per_s, s.slo_attainment) == (0, 1.0, 0.0, 0.0)
+    assert s.ttft_ms.p50 is None

@@ -1,0 +1,36 @@
+"""The reference engine launched as a process by `bench sweep`: started, measured, stopped, nothing left."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.bench.test_cli import bench, only_run_dir
+
+
+def test_sweep_launches_measures_and_stops_the_reference_engine(tmp_path) -> None:
+    result = bench("sweep", "--model", "dummy:tiny", "--concurrency", "1,4", "--requests", "8",
+                   "--input-tokens", "32", "--output-tokens", "8", "--out", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete"
+    assert run["engine"]["name"] == "reference" and run["engine"]["launched_by"] == "bench"
+    assert run["engine"]["details"]["time_to_ready_s"] > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 8, 0), ("c4", 8, 0)]
+    assert all(row["mean_output_tokens"] == 8 for row in summary)
+    assert "reference engine ready" in (run_dir / "engine.log").read_text()
+    pid = run["engine"]["details"]["pid"]
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_an_engine_that_fails_to_start_reports_its_log_and_keeps_it(tmp_path) -> None:
+    result = bench("sweep", "--model", "/no/such/model.gguf", "--requests", "1", "--out", str(tmp_path),
+                   timeout=180)
+    assert result.returncode == 2
+    assert "reference exited with code" in result.stderr
+    assert "/no/such/model.gguf" in result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert json.loads((run_dir / "run.json").read_text())["status"].startswith("failed")
+    assert (run_dir / "engine.log").is_file()
