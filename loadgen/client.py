@@ -46,6 +46,7 @@ def open_session(max_connections: int, options: ClientOptions) -> aiohttp.Client
         headers["Authorization"] = f"Bearer {options.api_key}"
     sent_hook = aiohttp.TraceConfig()
     sent_hook.on_request_chunk_sent.append(_on_body_sent)
+    sent_hook.on_connection_reuseconn.append(_on_connection_reused)
     return aiohttp.ClientSession(
         connector=connector,
         headers=headers,
@@ -59,11 +60,12 @@ def open_session(max_connections: int, options: ClientOptions) -> aiohttp.Client
 class _SendStamp:
     """Passed through aiohttp's trace context: the clock to read and the record to stamp."""
 
-    __slots__ = ("record", "clock")
+    __slots__ = ("record", "clock", "reused_connection")
 
     def __init__(self, record: RequestRecord, clock: Callable[[], float]) -> None:
         self.record = record
         self.clock = clock
+        self.reused_connection = False
 
 
 async def _on_body_sent(session: object, trace: Any, params: object) -> None:
@@ -71,6 +73,10 @@ async def _on_body_sent(session: object, trace: Any, params: object) -> None:
     # time to first token starts when the request really left, and the wait counts as send delay.
     stamp: _SendStamp = trace.trace_request_ctx
     stamp.record.send_s = stamp.clock()
+
+
+async def _on_connection_reused(session: object, trace: Any, params: object) -> None:
+    trace.trace_request_ctx.reused_connection = True
 
 
 def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
@@ -111,25 +117,46 @@ async def send_request(
     record.max_tokens = spec.max_tokens
     stream = _StreamState(record)
     record.dispatch_s = record.send_s = clock()
-    try:
+    url = options.base_url + path
+    for attempt in (1, 2):
         stamp = _SendStamp(record, clock)
-        async with session.post(options.base_url + path, data=body, trace_request_ctx=stamp) as response:
-            record.http_status = response.status
-            if response.status != 200:
-                raise await _http_failure(response)
-            await _read_stream(response, stream, record.send_s, clock)
-        stream.finish()
-    except StreamFailure as failure:
-        stream.fail(failure.kind, str(failure), failure.http_status)
-    except asyncio.TimeoutError:
-        stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-        stream.fail("stream_cut", f"{type(exc).__name__}: {exc}")
-    except aiohttp.ClientError as exc:
-        kind = "stream_cut" if record.chunk_times_s else "connection_error"
-        stream.fail(kind, f"{type(exc).__name__}: {exc}")
+        try:
+            await _exchange(session, url, body, stamp, stream, clock)
+        except StreamFailure as failure:
+            stream.fail(failure.kind, str(failure), failure.http_status)
+        except asyncio.TimeoutError:
+            stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if attempt == 1 and _was_stale_connection(stamp, record):
+                record.attempts = 2
+                continue
+            kind = "stream_cut" if record.http_status is not None else "connection_error"
+            stream.fail(kind, f"{type(exc).__name__}: {exc}")
+        except aiohttp.ClientError as exc:
+            stream.fail("connection_error", f"{type(exc).__name__}: {exc}")
+        break
     record.end_s = clock()
     return record
+
+
+async def _exchange(
+    session: aiohttp.ClientSession, url: str, body: bytes, stamp: _SendStamp, stream: _StreamState,
+    clock: Callable[[], float],
+) -> None:
+    record = stamp.record
+    async with session.post(url, data=body, trace_request_ctx=stamp) as response:
+        record.http_status = response.status
+        if response.status != 200:
+            raise await _http_failure(response)
+        await _read_stream(response, stream, record.send_s, clock)
+    stream.finish()
+
+
+def _was_stale_connection(stamp: _SendStamp, record: RequestRecord) -> bool:
+    """A kept-alive connection the server had already closed (llama.cpp's server closes them after a few
+    requests): nothing was answered, so the request is sent again once on a new connection, as HTTP
+    clients do. A failure on a fresh connection is never retried."""
+    return stamp.reused_connection and record.http_status is None
 
 
 async def _http_failure(response: aiohttp.ClientResponse) -> StreamFailure:

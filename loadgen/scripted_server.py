@@ -3,8 +3,10 @@
 Every answer follows the script: the first chunk `ttft_ms` after the request arrived, then one chunk
 every `itl_ms`, each carrying `tokens_per_chunk` tokens, on an absolute schedule (no drift). Faults:
 `http_500`, `http_429` (with Retry-After), `error_event`, `cut` (the connection drops mid-stream),
-`stall` (no chunk for `stall_ms`, once, after `fault_after_chunks` chunks); `fault_every` = n applies
-the fault to every n-th request only. `PUT /_script` changes the script of a running server.
+`stall` (no chunk for `stall_ms`, once, after `fault_after_chunks` chunks), `drop` (the connection is
+closed without an answer), `drop_reused` (the same, only on a kept-alive connection that already served a
+request: what a client sees when a server closes idle connections); `fault_every` = n applies the fault to
+every n-th request only. `PUT /_script` changes the script of a running server.
 
 It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on asyncio's transports, with timers instead of
 a task per stream: its own overhead must stay far below the timing it promises, even when 256 streams
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 import orjson
 
-Fault = Literal["none", "http_500", "http_429", "error_event", "cut", "stall"]
+Fault = Literal["none", "http_500", "http_429", "error_event", "cut", "stall", "drop", "drop_reused"]
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
 
 
@@ -65,6 +67,7 @@ class ScriptedProtocol(asyncio.Protocol):
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.num_served = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -121,7 +124,11 @@ class ScriptedProtocol(asyncio.Protocol):
             self.respond_error(500, "scripted internal error")
         elif fault == "http_429":
             self.respond_error(429, "scripted rate limit", extra_headers="Retry-After: 2\r\n")
+        elif fault == "drop" or (fault == "drop_reused" and self.num_served > 0):
+            assert self.transport is not None
+            self.transport.close()
         else:
+            self.num_served += 1
             self.stream(body, is_chat, fault, arrived)
 
     def stream(self, body: dict[str, Any], is_chat: bool, fault: Fault, arrived: float) -> None:

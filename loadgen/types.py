@@ -70,6 +70,7 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     http_status: int | None = None
+    attempts: int = 1  # 2 when a kept-alive connection turned out closed and the request was sent again
 
     @property
     def ttft_s(self) -> float | None:

@@ -68,3 +68,22 @@ def test_open_loop_latency_from_schedule_carries_a_stall_that_send_time_hides(sc
     assert s.ttft_ms.p50 == pytest.approx(310, abs=20)
     assert s.ttft_from_schedule_ms.p99 > s.ttft_ms.p99 + 500
     assert s.schedule_lag_ms.p99 > 500
+
+
+def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_on_a_new_one(scripted, tmp_path) -> None:
+    """Servers close idle kept-alive connections; a request that meets one was never answered, so it is
+    sent again on a fresh connection (as HTTP clients do) instead of counting as the server's failure."""
+    scripted.set_script(ttft_ms=5, itl_ms=1, fault="drop_reused")
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2), LevelBounds(max_requests=6),
+                                  output_tokens=4)
+    measured = [r for r in records if not r.is_warmup]
+    assert s.num_failed == 0
+    assert all(r.attempts == 2 for r in measured)
+
+
+def test_a_request_dropped_on_a_fresh_connection_fails_without_retry(scripted, tmp_path) -> None:
+    scripted.set_script(fault="drop")
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                  LevelBounds(max_requests=2, num_warmup=0))
+    assert s.failures_by_kind == {"connection_error": 2}
+    assert [r.attempts for r in records] == [1, 1]
