@@ -31,8 +31,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 @app.command()
 def sweep(
-    engine: str = typer.Option("reference", help="reference (the embedded engine, launched here) or endpoint "
-                                                 "(an OpenAI-compatible server already running)."),
+    engine: list[str] = typer.Option(["reference"], help="Engine kind, repeatable to compare engines on the same "
+                                                         "workload: see `bench engines`."),
     base_url: str = typer.Option(None, help="Endpoint base URL, ending in /v1."),
     model: str = typer.Option(None, help="Model: for endpoint, the name the server lists; for reference, a .gguf "
                                          "file, a safetensors directory, dummy:<preset> or default (SmolLM2-135M)."),
@@ -76,23 +76,26 @@ def sweep(
     )
     try:
         resolved = build_scenario(scenario, overrides)
-        launcher = make_launcher(engine, base_url=base_url, model=model, api_key_env=api_key_env,
-                                 engine_args=engine_arg, port=port)
-        plan = SweepPlan(resolved, out, engine_kind=engine, strict_openai=strict_openai,
-                         tokenizer=_load_tokenizer(tokenizer))
+        prompt_tokenizer = _load_tokenizer(tokenizer)
+        runs = [(SweepPlan(resolved, out, engine_kind=kind, strict_openai=strict_openai, tokenizer=prompt_tokenizer),
+                 make_launcher(kind, base_url=base_url, model=model, api_key_env=api_key_env, engine_args=engine_arg,
+                               port=port)) for kind in engine]
     except (ScenarioError, EngineError, ValueError) as exc:
         fail(str(exc))
     _terminate_like_interrupt()
-    try:
-        with RichSweepProgress(console) as progress:
-            result = run_sweep(plan, launcher, progress)
-    except (EndpointError, EngineError, EngineStartError) as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")
-        raise typer.Exit(130) from None
-    console.print(summary_table(result.summaries, title=f"{result.run_dir}"))
-    console.print(f"run directory: {result.run_dir}")
+    results = []
+    for plan, launcher in runs:
+        try:
+            with RichSweepProgress(console) as progress:
+                results.append(run_sweep(plan, launcher, progress))
+        except (EndpointError, EngineError, EngineStartError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")
+            raise typer.Exit(130) from None
+    console.print(summary_table([s for result in results for s in result.summaries], title=resolved.name))
+    for result in results:
+        console.print(f"run directory: {result.run_dir}")
 
 
 @app.command()
@@ -107,6 +110,28 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         fail(str(exc))
     write_summaries(run_dir, summaries)
     console.print(summary_table(summaries, title=str(run_dir)))
+
+
+@app.command()
+def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
+    """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
+    from bench.display import comparison_table
+    from reports.results import RunDirError, summarize_run
+
+    try:
+        runs = [(run_dir, summarize_run(run_dir)) for run_dir in run_dirs]
+    except RunDirError as exc:
+        fail(str(exc))
+    console.print(comparison_table(runs))
+
+
+@app.command()
+def engines() -> None:
+    """Every engine kind, and whether it can run on this machine (and why not)."""
+    from bench.display import engines_table
+    from engines.registry import availability
+
+    console.print(engines_table(availability()))
 
 
 def _load_tokenizer(path: Path | None):  # type: ignore[no-untyped-def]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from engines.registry import Availability
 from loadgen.arrivals import Level
 from loadgen.metrics import LevelSummary
 from loadgen.runner import LevelBounds
@@ -77,6 +79,38 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
             _fmt(s.mean_in_flight, 1), _note(s),
         )
     return table
+
+
+def comparison_table(runs: list[tuple[Path, list[LevelSummary]]]) -> Table:
+    """Runs side by side, level by level; output tokens/s also as a ratio to the first run's same level."""
+    baseline = {s.level: s.output_tokens_per_s for s in runs[0][1]} if runs else {}
+    table = Table(title="comparison (x = output tokens/s relative to the first run)")
+    for name in ["run", "engine", "level", "ok/failed", "out tok/s", "x", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+                 "goodput req/s", "note"]:
+        table.add_column(name, justify="left" if name in ("run", "engine", "level", "note") else "right")
+    levels = sorted({s.level for _, summaries in runs for s in summaries}, key=_level_order)
+    for level in levels:
+        for run_dir, summaries in runs:
+            for s in (s for s in summaries if s.level == level):
+                base = baseline.get(level)
+                ratio = f"{s.output_tokens_per_s / base:.2f}" if base else "-"
+                table.add_row(run_dir.name, s.engine, s.level, f"{s.num_ok}/{s.num_failed}",
+                              _fmt(s.output_tokens_per_s, 1), ratio, f"{_fmt(s.ttft_ms.p50)}/{_fmt(s.ttft_ms.p99)}",
+                              f"{_fmt(s.itl_ms.p50)}/{_fmt(s.itl_ms.p99)}", _fmt(s.goodput_request_per_s, 2), _note(s))
+    return table
+
+
+def engines_table(engines: list[Availability]) -> Table:
+    table = Table(title="engines")
+    for name in ("engine", "can run here", "detail"):
+        table.add_column(name)
+    for engine in engines:
+        table.add_row(engine.name, "yes" if engine.can_run else "no", engine.detail)
+    return table
+
+
+def _level_order(label: str) -> tuple[str, float]:
+    return label[0], float(label[1:]) if label[1:].replace(".", "", 1).isdigit() else 0.0
 
 
 def _note(s: LevelSummary) -> str:

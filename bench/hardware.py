@@ -1,9 +1,12 @@
-"""What machine a run ran on: CPU model and cores, memory. (GPUs come with the engine layer.)"""
+"""What machine a run ran on: CPU model and cores, memory, and GPUs (through NVML when it is there, else
+`nvidia-smi`; none on a machine without NVIDIA GPUs)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,46 @@ def describe_host() -> dict[str, Any]:
         "cpu_cores": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": _memory_gib(),
+        "gpus": describe_gpus(),
     }
+
+
+def describe_gpus() -> list[dict[str, Any]]:
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return _gpus_from_nvidia_smi()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
+                         "memory_gib": round(memory.total / 2**30, 1), "driver": driver})
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _gpus_from_nvidia_smi() -> list[dict[str, Any]]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"]
+    try:
+        output = subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    gpus = []
+    for line in output.strip().splitlines():
+        index, name, memory_mib, driver = (part.strip() for part in line.split(","))
+        gpus.append({"index": int(index), "name": name, "memory_gib": round(float(memory_mib) / 1024, 1),
+                     "driver": driver})
+    return gpus
 
 
 def _cpu_model() -> str:

