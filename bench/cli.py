@@ -31,14 +31,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 @app.command()
 def sweep(
-    engine: list[str] = typer.Option(["reference"], help="Engine kind, repeatable to compare engines on the same "
-                                                         "workload: see `bench engines`."),
+    engine: list[str] = typer.Option(None, help="Engine kind (default: reference), repeatable to compare engines "
+                                                "on the same workload: see `bench engines`."),
     base_url: str = typer.Option(None, help="Endpoint base URL, ending in /v1."),
     model: str = typer.Option(None, help="Model: for endpoint, the name the server lists; for reference, a .gguf "
                                          "file, a safetensors directory, dummy:<preset> or default (SmolLM2-135M)."),
     engine_arg: list[str] = typer.Option(None, help="KEY=VALUE passed to a launched engine as --KEY VALUE "
                                                     "(repeatable), e.g. batching=static."),
     port: int = typer.Option(None, help="Port for a launched engine (default: a free one)."),
+    engine_file: list[Path] = typer.Option(None, help="Engine spec in YAML (engine, model, flags); repeatable."),
     api_key_env: str = typer.Option(None, help="NAME of the environment variable holding the API key."),
     scenario: str = typer.Option("chat", help="Scenario file, or the name of a shipped one."),
     concurrency: str = typer.Option(None, help="Closed-loop levels, e.g. 1,8,50."),
@@ -65,7 +66,9 @@ def sweep(
     from bench.scenario import ScenarioError
     from bench.sweep import SweepPlan, run_sweep
     from engines.endpoint import EndpointError
+    from engines.engine_file import EngineFile, load_engine_file
     from engines.launch import EngineStartError
+    from engines.process import parse_engine_args
     from engines.registry import EngineError, make_launcher
 
     overrides = SweepOverrides(
@@ -77,10 +80,13 @@ def sweep(
     try:
         resolved = build_scenario(scenario, overrides)
         prompt_tokenizer = _load_tokenizer(tokenizer)
-        runs = [(SweepPlan(resolved, out, engine_kind=kind, strict_openai=strict_openai, tokenizer=prompt_tokenizer),
-                 make_launcher(kind, base_url=base_url, model=model, api_key_env=api_key_env, engine_args=engine_arg,
-                               port=port)) for kind in engine]
-    except (ScenarioError, EngineError, ValueError) as exc:
+        kinds = engine or ([] if engine_file else ["reference"])
+        specs = [EngineFile(engine=kind, model=model, base_url=base_url, api_key_env=api_key_env, port=port,
+                            args=parse_engine_args(engine_arg or [])) for kind in kinds]
+        specs += [load_engine_file(path) for path in engine_file or []]
+        runs = [(SweepPlan(resolved, out, engine_kind=spec.name or spec.engine, strict_openai=strict_openai,
+                           tokenizer=prompt_tokenizer), make_launcher(spec)) for spec in specs]
+    except (ScenarioError, EngineError, EngineStartError, ValueError) as exc:
         fail(str(exc))
     _terminate_like_interrupt()
     results = []
@@ -110,6 +116,36 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         fail(str(exc))
     write_summaries(run_dir, summaries)
     console.print(summary_table(summaries, title=str(run_dir)))
+
+
+@app.command()
+def serve(
+    model: str = typer.Option("default", help="A .gguf file, a safetensors directory, dummy:<preset> (tiny, "
+                                              "llama-3.2-1b, llama-3.1-8b) or default (SmolLM2-135M-Instruct)."),
+    served_model_name: str = typer.Option(None, help="The model name clients send (default: the file's)."),
+    batching: str = typer.Option("continuous", help="none (one request at a time), static or continuous."),
+    max_num_seqs: int = typer.Option(64, help="Most sequences decoded together."),
+    max_num_batched_tokens: int = typer.Option(2048, help="Token budget of one step (longer prompts are chunked)."),
+    kv_cache_tokens: int = typer.Option(None, help="KV cache size in tokens (default: a share of free memory)."),
+    prefix_cache: bool = typer.Option(True, help="Reuse cached KV blocks of shared prefixes."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
+    dtype: str = typer.Option("auto", help="auto, float32, bfloat16 or float16."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (127.0.0.1 keeps it on this machine)."),
+    port: int = typer.Option(8000, help="Port (0: any free one)."),
+    api_key: str = typer.Option(None, help="Require 'Authorization: Bearer KEY' on /v1 routes."),
+) -> None:
+    """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI."""
+    from engines.reference.server import ServerOptions
+    from engines.reference.server import serve as serve_forever
+
+    try:
+        options = ServerOptions(model=model, served_model_name=served_model_name, batching=batching,
+                                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                kv_cache_tokens=kv_cache_tokens, prefix_cache=prefix_cache, device=device,
+                                dtype=dtype, host=host, port=port, api_key=api_key)
+        serve_forever(options)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
 
 
 @app.command()

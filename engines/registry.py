@@ -1,6 +1,8 @@
 """The engine kinds `bench` can measure: a plain dict from name to a function that makes a launcher.
 
-A launcher is a context manager yielding (Endpoint, EngineInfo); it stops whatever it started.
+Every kind takes the same options (an `EngineFile`, built from flags or read from YAML). A launcher is a
+function of the run directory returning a context manager that yields (Endpoint, EngineInfo) and stops
+whatever it started.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from engines.engine_file import EngineFile
 from engines.types import Endpoint, EngineInfo
 
 Launcher = Callable[[Path], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
@@ -22,48 +24,93 @@ class EngineError(Exception):
     """A problem with the engine choice or its flags; the message says what to change."""
 
 
-def _endpoint_launcher(base_url: str | None = None, model: str | None = None,
-                       api_key_env: str | None = None, **_: Any) -> Launcher:
+def _endpoint(o: EngineFile) -> Launcher:
     from engines.endpoint import use_endpoint
 
-    if not base_url:
+    if not o.base_url:
         raise EngineError("--engine endpoint needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-    if not model:
+    if not o.model:
         raise EngineError("--engine endpoint needs --model (the name the server lists at /v1/models)")
     try:
-        endpoint = Endpoint(base_url.rstrip("/"), model, api_key_env)
+        endpoint = Endpoint(o.base_url.rstrip("/"), o.model, o.api_key_env)
     except ValueError as exc:
         raise EngineError(f"--base-url: {exc}") from None
     return lambda run_dir: use_endpoint(endpoint)
 
 
-def _reference_launcher(model: str | None = None, engine_args: list[str] | None = None, port: int | None = None,
-                        **_: Any) -> Launcher:
-    from engines.process import launch_reference, parse_engine_args
+def _reference(o: EngineFile) -> Launcher:
+    from engines.process import launch_reference
+
+    args = _args(o)
+    return lambda run_dir: launch_reference(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
+def _llamacpp(o: EngineFile) -> Launcher:
+    from engines.process import launch_llamacpp
+
+    args = _args(o)
+    return lambda run_dir: launch_llamacpp(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
+def _container_kind(kind: str) -> Callable[[EngineFile], Launcher]:
+    def make(o: EngineFile) -> Launcher:
+        from engines.docker import CONTAINER_ENGINES, ContainerOptions, launch_container
+
+        if not o.model:
+            raise EngineError(f"--engine {kind} needs --model (a Hugging Face id or a path inside the container)")
+        options = ContainerOptions(
+            model=o.model, gpus=_gpus(o), tensor_parallel_size=o.tensor_parallel_size, max_num_seqs=o.max_num_seqs,
+            gpu_memory_fraction=o.gpu_memory_fraction, quantization=o.quantization, max_model_len=o.max_model_len,
+            extra_args=_args(o), image=o.image, ready_timeout_s=o.ready_timeout_s,
+        )
+        spec = CONTAINER_ENGINES[kind.removesuffix("-docker")](options)
+        return lambda run_dir: launch_container(run_dir, spec, o.port)
+
+    return make
+
+
+def _container(o: EngineFile) -> Launcher:
+    from engines.docker import ContainerSpec, launch_container
+
+    missing = [name for name in ("image", "command", "container_port", "served_model") if not getattr(o, name)]
+    if missing:
+        raise EngineError(f"engine `container` needs {', '.join(missing)} in its --engine-file")
+    assert o.image and o.command and o.container_port and o.served_model
+    spec = ContainerSpec(engine=o.name or "container", image=o.image, command=o.command,
+                         container_port=o.container_port, served_model=o.served_model, env=o.env,
+                         volumes=o.volumes, gpus=_gpus(o), ready_timeout_s=o.ready_timeout_s, ipc_host=False,
+                         working_dir=o.working_dir)
+    return lambda run_dir: launch_container(run_dir, spec, o.port)
+
+
+def _args(o: EngineFile) -> dict[str, str]:
+    from engines.process import parse_engine_args
 
     try:
-        args = parse_engine_args(engine_args or [])
+        return parse_engine_args(o.engine_args())
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    return lambda run_dir: launch_reference(run_dir, model or "default", args, port)
 
 
-def _llamacpp_launcher(model: str | None = None, engine_args: list[str] | None = None, port: int | None = None,
-                       **_: Any) -> Launcher:
-    from engines.process import launch_llamacpp, parse_engine_args
-
-    try:
-        args = parse_engine_args(engine_args or [])
-    except ValueError as exc:
-        raise EngineError(str(exc)) from None
-    return lambda run_dir: launch_llamacpp(run_dir, model or "default", args, port)
+def _gpus(o: EngineFile) -> str | list[int] | None:
+    return None if o.gpus == "none" else o.gpus
 
 
-ENGINES: dict[str, Callable[..., Launcher]] = {
-    "reference": _reference_launcher,
-    "llamacpp": _llamacpp_launcher,
-    "endpoint": _endpoint_launcher,
+ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
+    "reference": _reference,
+    "llamacpp": _llamacpp,
+    "endpoint": _endpoint,
+    "vllm-docker": _container_kind("vllm-docker"),
+    "sglang-docker": _container_kind("sglang-docker"),
+    "trtllm-docker": _container_kind("trtllm-docker"),
+    "container": _container,
 }
+
+
+def make_launcher(options: EngineFile) -> Launcher:
+    if options.engine not in ENGINES:
+        raise EngineError(f"unknown --engine '{options.engine}'; choose one of: {', '.join(sorted(ENGINES))}")
+    return ENGINES[options.engine](options)
 
 
 @dataclass(frozen=True)
@@ -75,8 +122,12 @@ class Availability:
 
 def availability() -> list[Availability]:
     """Whether each engine kind can run on this machine, and why not."""
+    docker = _docker_availability()
+    container_kinds = [Availability(kind, docker.can_run, docker.detail + _gpu_note(kind))
+                       for kind in ("vllm-docker", "sglang-docker", "trtllm-docker")]
     return [_reference_availability(), _llamacpp_availability(),
-            Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)")]
+            Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)"),
+            *container_kinds, Availability("container", docker.can_run, docker.detail + "; your own image")]
 
 
 def _reference_availability() -> Availability:
@@ -100,7 +151,18 @@ def _llamacpp_availability() -> Availability:
                         "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
 
 
-def make_launcher(kind: str, **options: Any) -> Launcher:
-    if kind not in ENGINES:
-        raise EngineError(f"unknown --engine '{kind}'; choose one of: {', '.join(sorted(ENGINES))}")
-    return ENGINES[kind](**options)
+def _docker_availability() -> Availability:
+    from engines.docker import docker_client
+    from engines.launch import EngineStartError
+
+    try:
+        version = docker_client().version()
+    except EngineStartError as exc:
+        return Availability("docker", False, str(exc))
+    return Availability("docker", True, f"Docker API {version.get('Version', '?')}")
+
+
+def _gpu_note(kind: str) -> str:
+    if shutil.which("nvidia-smi") is None:
+        return f"; but no NVIDIA GPU here ({kind.removesuffix('-docker')} images need one)"
+    return ""

@@ -22,6 +22,7 @@ import asyncio
 import functools
 import itertools
 import selectors
+import signal
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
@@ -280,8 +281,12 @@ async def serve(host: str, port: int, script: Script) -> asyncio.Server:
 
 async def _main(host: str, port: int, script: Script) -> None:
     server = await serve(host, port, script)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # PID 1 in a container ignores signals it has no handler for
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     print(f"scripted server listening on http://{host}:{server.sockets[0].getsockname()[1]}/v1", flush=True)
-    await server.serve_forever()
+    await stop.wait()
+    server.close()
 
 
 def main() -> None:
@@ -299,8 +304,6 @@ def main() -> None:
     loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))
-    except KeyboardInterrupt:
-        pass
     finally:
         loop.close()
 

@@ -1,0 +1,272 @@
+"""Engines in containers, through the Docker API (Docker, or podman serving the same API).
+
+Each engine kind maps our options (model, tensor parallel size, concurrent sequences, memory fraction,
+quantization, context length, extra engine args) to that engine's own flags. Every container publishes its
+port on 127.0.0.1 only, mounts the Hugging Face cache so weights download once, gets `HF_TOKEN` from the
+environment (its value is never written to any file of ours), and is stopped and removed on every path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engines.launch import EngineStartError, check_port_free, free_port
+from engines.process import engine_arg_flags
+from engines.types import Endpoint, EngineInfo
+
+LOG_TAIL_LINES = 25
+LABEL = "llm-selfhost-bench"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+
+
+@dataclass(frozen=True)
+class ContainerOptions:
+    """Our options for a containerized engine; each engine kind maps them to its own flags."""
+
+    model: str
+    gpus: str | list[int] | None = "all"  # "all", chosen device indices, or None for no GPU
+    tensor_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    gpu_memory_fraction: float | None = None
+    quantization: str | None = None
+    max_model_len: int | None = None
+    extra_args: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    ready_timeout_s: float = 1800.0  # a first start may download weights and compile kernels
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Exactly what to run: the result of mapping ContainerOptions for one engine kind."""
+
+    engine: str
+    image: str
+    command: list[str]
+    container_port: int
+    served_model: str
+    health_path: str = "/health"
+    version_path: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path
+    gpus: str | list[int] | None = "all"
+    shm_size: str | None = None
+    ipc_host: bool = True
+    working_dir: str | None = None
+    ready_timeout_s: float = 1800.0
+
+
+def vllm_spec(o: ContainerOptions) -> ContainerSpec:
+    flags = _flags({"model": o.model, "tensor-parallel-size": o.tensor_parallel_size, "max-num-seqs": o.max_num_seqs,
+                    "gpu-memory-utilization": o.gpu_memory_fraction, "quantization": o.quantization,
+                    "max-model-len": o.max_model_len, "host": "0.0.0.0", "port": 8000})
+    return _spec("vllm", o, "vllm/vllm-openai:latest", flags, 8000, version_path="/version")
+
+
+def sglang_spec(o: ContainerOptions) -> ContainerSpec:
+    flags = _flags({"model-path": o.model, "tp": o.tensor_parallel_size, "max-running-requests": o.max_num_seqs,
+                    "mem-fraction-static": o.gpu_memory_fraction, "quantization": o.quantization,
+                    "context-length": o.max_model_len, "host": "0.0.0.0", "port": 30000})
+    return _spec("sglang", o, "lmsysorg/sglang:latest", ["python3", "-m", "sglang.launch_server", *flags], 30000,
+                 version_path="/get_server_info", shm_size="32g")
+
+
+def trtllm_spec(o: ContainerOptions) -> ContainerSpec:
+    flags = _flags({"tp_size": o.tensor_parallel_size, "max_batch_size": o.max_num_seqs,
+                    "kv_cache_free_gpu_memory_fraction": o.gpu_memory_fraction, "max_seq_len": o.max_model_len,
+                    "host": "0.0.0.0", "port": 8000})
+    if o.quantization:
+        raise EngineStartError("trtllm: quantization is chosen when the checkpoint is built, not at serve time; "
+                               "give --model a quantized checkpoint instead")
+    return _spec("trtllm", o, "nvcr.io/nvidia/tensorrt-llm/release:latest", ["trtllm-serve", o.model, *flags], 8000)
+
+
+CONTAINER_ENGINES = {"vllm": vllm_spec, "sglang": sglang_spec, "trtllm": trtllm_spec}
+
+
+def _flags(values: dict[str, object]) -> list[str]:
+    return [part for key, value in values.items() if value is not None for part in (f"--{key}", str(value))]
+
+
+def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port: int, **extra: Any) -> ContainerSpec:
+    return ContainerSpec(
+        engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(o.extra_args)],
+        container_port=port, served_model=o.model, gpus=o.gpus, ready_timeout_s=o.ready_timeout_s,
+        env={"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {},
+        volumes={str(hf_cache_dir()): HF_CACHE_IN_CONTAINER}, **extra,
+    )
+
+
+def hf_cache_dir() -> Path:
+    path = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def docker_client() -> Any:
+    """The Docker API client (DOCKER_HOST is honoured, so podman's socket works), or a clear error."""
+    try:
+        import docker
+    except ImportError:
+        raise EngineStartError("the docker package is not installed: pip install -e '.[docker]'") from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineStartError(f"no Docker daemon answers ({exc}); start Docker, or serve podman's API "
+                               "(`podman system service`) and set DOCKER_HOST") from None
+    return client
+
+
+def run_kwargs(spec: ContainerSpec, host_port: int) -> dict[str, Any]:
+    """The arguments of `containers.run` for a spec: published on 127.0.0.1 only, GPUs as asked."""
+    import docker
+
+    kwargs: dict[str, Any] = {
+        "image": spec.image, "command": spec.command, "detach": True,
+        "name": f"bench-{spec.engine}-{uuid.uuid4().hex[:8]}", "labels": {LABEL: spec.engine},
+        "ports": {f"{spec.container_port}/tcp": ("127.0.0.1", host_port)},
+        "environment": dict(spec.env),
+        "volumes": {host: _bind(inside) for host, inside in spec.volumes.items()},
+    }
+    if spec.gpus == "all":
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    elif spec.gpus:
+        ids = [str(i) for i in spec.gpus]
+        kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if spec.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    if spec.shm_size:
+        kwargs["shm_size"] = spec.shm_size
+    if spec.working_dir:
+        kwargs["working_dir"] = spec.working_dir
+    return kwargs
+
+
+def _bind(inside: str) -> dict[str, str]:
+    """`/path` (read-write) or `/path:ro` (read-only) -> the Docker API's bind description."""
+    path, _, mode = inside.partition(":")
+    return {"bind": path, "mode": mode or "rw"}
+
+
+def ensure_image(client: Any, image: str, log: Any = None) -> Any:
+    """The image, pulled (with progress lines in the log) when it is not here yet."""
+    import docker
+
+    try:
+        return client.images.get(image)
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        for event in client.api.pull(image, stream=True, decode=True):
+            if log is not None and "status" in event:
+                log.write(f"pull {image}: {event['status']} {event.get('progress', '')}\n".encode())
+        return client.images.get(image)
+    except docker.errors.DockerException as exc:
+        raise EngineStartError(f"image {image} is not here and could not be pulled ({exc}); pull it yourself or "
+                               "name a local image") from None
+
+
+@contextmanager
+def launch_container(
+    run_dir: Path, spec: ContainerSpec, port: int | None = None, client: Any = None
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path."""
+    client = client or docker_client()
+    if port is not None:
+        check_port_free(port)
+    host_port = port or free_port()
+    log_path = run_dir / "engine.log"
+    with log_path.open("ab") as log:
+        image = ensure_image(client, spec.image, log)
+        started_at = time.monotonic()
+        container = client.containers.run(**run_kwargs(spec, host_port))
+        follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
+        follower.start()
+        try:
+            base_url = f"http://127.0.0.1:{host_port}"
+            _wait_until_ready(container, spec, base_url)
+            info = EngineInfo(
+                name=spec.engine, model=spec.served_model, version=_engine_version(base_url, spec),
+                launched_by="bench", details={
+                    "image": spec.image, "image_id": image.id, "image_digests": image.attrs.get("RepoDigests", []),
+                    "container": container.name, "command": spec.command, "gpus": spec.gpus,
+                    "time_to_ready_s": round(time.monotonic() - started_at, 3),
+                    "env_names": sorted(spec.env),  # names only: values (tokens) are never written
+                },
+            )
+            yield Endpoint(base_url + "/v1", spec.served_model), info
+        finally:
+            stop_and_remove(container)
+            follower.join(timeout=5)
+
+
+def _follow_logs(container: Any, log_path: Path) -> None:
+    """Copy the container's output into engine.log as it comes, until the container stops."""
+    try:
+        with log_path.open("ab") as log:
+            for chunk in container.logs(stream=True, follow=True):
+                log.write(chunk)
+                log.flush()
+    except Exception:  # the container is gone: nothing more to copy
+        return
+
+
+def _wait_until_ready(container: Any, spec: ContainerSpec, base_url: str) -> None:
+    deadline = time.monotonic() + spec.ready_timeout_s
+    with httpx.Client(timeout=2.0) as http:
+        while True:
+            container.reload()
+            if container.status in ("exited", "dead"):
+                code = container.attrs.get("State", {}).get("ExitCode")
+                raise EngineStartError(f"{spec.engine} container exited with code {code} during start-up; "
+                                       f"last lines of its log:\n{_logs_tail(container)}")
+            try:
+                if http.get(base_url + spec.health_path).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise EngineStartError(f"{spec.engine} container was not ready after {spec.ready_timeout_s:g} s; "
+                                       f"last lines of its log:\n{_logs_tail(container)}")
+            time.sleep(0.5)
+
+
+def _logs_tail(container: Any) -> str:
+    try:
+        return container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace").rstrip() or "(empty log)"
+    except Exception:
+        return "(no log)"
+
+
+def _engine_version(base_url: str, spec: ContainerSpec) -> str | None:
+    if spec.version_path is None:
+        return None
+    try:
+        body = httpx.get(base_url + spec.version_path, timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return str(body.get("version")) if isinstance(body, dict) and body.get("version") else None
+
+
+def stop_and_remove(container: Any, timeout_s: int = 15) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`, then remove: nothing is left behind."""
+    import docker
+
+    try:
+        container.stop(timeout=timeout_s)
+    except docker.errors.DockerException:
+        pass
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass

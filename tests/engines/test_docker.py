@@ -1,0 +1,148 @@
+"""Container engines through the real Docker API (podman here), with a real server inside the container."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import docker
+import pytest
+import yaml
+
+from engines.docker import (
+    ContainerOptions,
+    ContainerSpec,
+    launch_container,
+    run_kwargs,
+    sglang_spec,
+    trtllm_spec,
+    vllm_spec,
+)
+from engines.launch import EngineStartError
+from tests.engines.conftest import IMAGE, ROOT, host_mounts, scripted_server_command
+
+
+def scripted_spec(**changes) -> ContainerSpec:
+    fields = {"engine": "scripted-container", "image": IMAGE, "command": scripted_server_command(),
+              "container_port": 8000, "served_model": "scripted", "volumes": host_mounts(), "gpus": None,
+              "ipc_host": False, "working_dir": str(ROOT), "ready_timeout_s": 60.0}
+    return ContainerSpec(**{**fields, **changes})
+
+
+def our_containers(client: docker.DockerClient) -> list:
+    return client.containers.list(all=True, filters={"label": "llm-selfhost-bench"})
+
+
+def test_container_is_published_on_localhost_only_measured_and_removed(podman_api, tmp_path, monkeypatch) -> None:
+    secret = "hf_test_value_never_written_7d1e"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    client = docker.from_env()
+    spec = scripted_spec(env={"HF_TOKEN": os.environ["HF_TOKEN"]})
+    with launch_container(tmp_path, spec) as (endpoint, info):
+        (container,) = our_containers(client)
+        bindings = container.attrs["HostConfig"]["PortBindings"]["8000/tcp"]
+        assert [b["HostIp"] for b in bindings] == ["127.0.0.1"]
+        assert f"HF_TOKEN={secret}" in container.attrs["Config"]["Env"]  # passed through to the engine
+        assert info.details["time_to_ready_s"] > 0 and info.details["env_names"] == ["HF_TOKEN"]
+        assert endpoint.base_url.startswith("http://127.0.0.1:") and endpoint.model == "scripted"
+        import httpx
+
+        assert httpx.get(endpoint.base_url + "/models").json()["data"][0]["id"] == "scripted"
+        (tmp_path / "run.json").write_text(json.dumps({"engine": info.__dict__}, default=str))
+    assert our_containers(client) == []
+    for path in tmp_path.iterdir():
+        assert secret not in path.read_text(errors="replace"), path.name
+    assert "listening on" in (tmp_path / "engine.log").read_text()
+
+
+def test_container_that_exits_during_startup_reports_its_log_and_is_removed(podman_api, tmp_path) -> None:
+    command = [sys.executable, "-c", "print('CUDA out of memory while loading weights', flush=True); exit(3)"]
+    with pytest.raises(EngineStartError, match="container exited with code 3 during start-up") as error:
+        with launch_container(tmp_path, scripted_spec(command=command)):
+            pass
+    assert "CUDA out of memory while loading weights" in str(error.value)
+    assert our_containers(docker.from_env()) == []
+
+
+def test_container_that_never_answers_times_out_and_is_removed(podman_api, tmp_path) -> None:
+    command = [sys.executable, "-c", "import time; time.sleep(300)"]
+    with pytest.raises(EngineStartError, match="was not ready after 2 s"):
+        with launch_container(tmp_path, scripted_spec(command=command, ready_timeout_s=2.0)):
+            pass
+    assert our_containers(docker.from_env()) == []
+
+
+def test_missing_image_that_cannot_be_pulled_is_one_clear_error(podman_api, tmp_path) -> None:
+    with pytest.raises(EngineStartError, match="image localhost/no-such-image:1 is not here and could not be pulled"):
+        with launch_container(tmp_path, scripted_spec(image="localhost/no-such-image:1")):
+            pass
+
+
+def test_sweep_interrupted_by_sigint_removes_its_container(podman_api, tmp_path) -> None:
+    spec_file = tmp_path / "engine.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "engine": "container", "name": "scripted-container", "image": IMAGE, "command": scripted_server_command(),
+        "container_port": 8000, "served_model": "scripted", "volumes": host_mounts(), "gpus": "none",
+        "working_dir": str(ROOT), "ready_timeout_s": 60,
+    }))
+    out = tmp_path / "runs"
+    process = subprocess.Popen([sys.executable, "-m", "bench", "sweep", "--engine-file", str(spec_file),
+                                "--concurrency", "2", "--duration", "60", "--output-tokens", "8", "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(p.stat().st_size for p in out.glob("*/requests.jsonl")):
+            time.sleep(0.2)
+        assert our_containers(docker.from_env()), "the container should be running mid-sweep"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert our_containers(docker.from_env()) == []
+    (run_dir,) = list(out.iterdir())
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["engine"]["details"]["image"] == IMAGE
+
+
+@pytest.mark.parametrize("gpus", ["all", [0, 2]])
+def test_gpu_device_requests_are_in_the_create_request(gpus) -> None:
+    """No GPU here, and podman's Docker API drops DeviceRequests from what it stores, so this checks the
+    exact host configuration the Docker SDK sends to the daemon."""
+    from docker.models.containers import _create_container_args
+
+    kwargs = run_kwargs(scripted_spec(gpus=gpus), host_port=18000)
+    kwargs.pop("detach")
+    host_config = _create_container_args({**kwargs, "version": "1.41"})["host_config"]
+    (request,) = host_config["DeviceRequests"]
+    assert request["Capabilities"] == [["gpu"]]
+    if gpus == "all":
+        assert request["Count"] == -1
+    else:
+        assert request["DeviceIDs"] == ["0", "2"]
+    assert host_config["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "18000"}]}
+
+
+def test_engine_options_map_to_each_engines_own_flags(monkeypatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    options = ContainerOptions(model="meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, max_num_seqs=256,
+                               gpu_memory_fraction=0.9, max_model_len=8192,
+                               extra_args={"enable-prefix-caching": "true"})
+    vllm = vllm_spec(options)
+    assert vllm.image.startswith("vllm/vllm-openai")
+    assert vllm.command == ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "2",
+                            "--max-num-seqs", "256", "--gpu-memory-utilization", "0.9", "--max-model-len", "8192",
+                            "--host", "0.0.0.0", "--port", "8000", "--enable-prefix-caching"]
+    sglang = sglang_spec(options)
+    assert sglang.command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert ["--tp", "2"] == sglang.command[5:7] and "--mem-fraction-static" in sglang.command
+    assert sglang.shm_size == "32g" and sglang.container_port == 30000
+    trtllm = trtllm_spec(options)
+    assert trtllm.command[:2] == ["trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert "--max_batch_size" in trtllm.command and "--kv_cache_free_gpu_memory_fraction" in trtllm.command
+    assert all("/root/.cache/huggingface" in spec.volumes.values() for spec in (vllm, sglang, trtllm))
+    assert vllm.env == {}  # no HF_TOKEN in the environment: none passed
