@@ -121,8 +121,9 @@ def docker_client() -> Any:
     try:
         client = docker.from_env()
         client.ping()
-    except docker.errors.DockerException as exc:
-        raise EngineStartError(f"no Docker daemon answers ({exc}); start Docker, or serve podman's API "
+    except docker.errors.DockerException:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise EngineStartError(f"no Docker daemon answers at {where}; start Docker, or serve podman's API "
                                "(`podman system service`) and set DOCKER_HOST") from None
     return client
 

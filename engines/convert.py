@@ -1,0 +1,35 @@
+"""GGUF -> Hugging Face safetensors checkpoint, for engines that can't read GGUF (vLLM, SGLang).
+
+transformers reads the GGUF (dequantizing it) and writes a checkpoint with its tokenizer and config; the
+default model's checkpoint is made once and kept under ~/.cache/llm-selfhost-bench/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_DIR = Path(os.environ.get("BENCH_CACHE", Path.home() / ".cache" / "llm-selfhost-bench"))
+
+
+def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out_dir)  # only a complete checkpoint ever appears under its final name
+    return out_dir
+
+
+def default_safetensors_checkpoint() -> Path:
+    from engines.process import default_gguf
+
+    gguf = default_gguf()
+    out_dir = CACHE_DIR / (gguf.stem + "-safetensors")
+    if (out_dir / "config.json").is_file():
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return gguf_to_safetensors(gguf, out_dir)
