@@ -13,11 +13,15 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
+from bench import report_cmd
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 200)
 errors = Console(stderr=True, soft_wrap=True)
+app.command("report")(report_cmd.report)
+app.command("cost")(report_cmd.cost)
 
 
 class UserError(Exception):
@@ -59,6 +63,7 @@ def sweep(
     tokenizer: Path = typer.Option(None, help="A tokenizer.json to build prompts of exact token counts."),
     strict_openai: bool = typer.Option(False, help="Send only OpenAI's published fields (for providers)."),
     out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
+    report: bool = typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end."),
 ) -> None:
     """Measure an engine at each load level and write a run directory."""
     from bench.display import RichSweepProgress, summary_table
@@ -102,6 +107,25 @@ def sweep(
     console.print(summary_table([s for result in results for s in result.summaries], title=resolved.name))
     for result in results:
         console.print(f"run directory: {result.run_dir}")
+    if report:
+        _write_reports([result.run_dir for result in results], out)
+
+
+def _write_reports(run_dirs: list[Path], out: Path) -> None:
+    """One report per run, and one that compares them when several engines were swept. A report that
+    can't be made (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
+    from costmodel.prices import PriceError
+    from reports.render import ReportError, render_report, render_run_report
+
+    try:
+        for run_dir in run_dirs:
+            if (path := render_run_report(run_dir)) is not None:
+                console.print(f"report: {path}")
+        if len(run_dirs) > 1:
+            combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
+            console.print(f"comparison report: {combined.html}")
+    except (ReportError, PriceError) as exc:
+        errors.print(f"[yellow]no report:[/] {exc} (run `bench report` with the missing options)")
 
 
 @app.command()
@@ -192,3 +216,4 @@ def _terminate_like_interrupt() -> None:
 def main() -> None:  # pragma: no cover - the console script calls `app`
     app()
     sys.exit(0)
+

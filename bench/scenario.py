@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.metrics import SLO
 from loadgen.workload import Workload
 
@@ -57,6 +58,10 @@ class Scenario(BaseModel):
     workload: Workload = Field(default_factory=Workload)
     load: LoadSettings = Field(default_factory=LoadSettings)
     slo: SLO = Field(default_factory=SLO)
+    # The decision (costmodel.inputs): the traffic to serve, prices to use, reasons that override cost.
+    traffic: Traffic | None = None
+    pricing: Pricing = Field(default_factory=Pricing)
+    requirements: Requirements = Field(default_factory=Requirements)
 
 
 def shipped_scenarios() -> list[str]:

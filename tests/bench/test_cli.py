@@ -62,8 +62,8 @@ def test_api_key_value_never_reaches_disk_or_output(scripted, tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert secret not in result.stdout + result.stderr
     run_dir = only_run_dir(tmp_path)
-    for path in run_dir.iterdir():
-        assert secret not in path.read_text(), path.name
+    for path in (p for p in run_dir.rglob("*") if p.is_file()):
+        assert secret not in path.read_text(errors="replace"), path.name
     assert json.loads((run_dir / "run.json").read_text())["endpoint"]["api_key_env"] == "MY_PROVIDER_KEY"
 
 

@@ -1,0 +1,252 @@
+"""The decision: measured engines + scenario sections + price catalog -> costs per engine and one verdict.
+
+`decide` is the one library call behind `bench report` and `bench cost`. It resolves names to prices
+(`resolve`), evaluates every engine (`evaluate`), picks the cheapest, and says what it means (`verdict`).
+Pure: the catalog and today's date come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
+
+from costmodel.fleet import Assumptions, Crossover, FleetPlan, crossover, fleet_for
+from costmodel.inputs import (
+    DEFAULT_PEAK_TO_AVERAGE,
+    HOURS_PER_MONTH,
+    DecisionSettings,
+    Pricing,
+    Requirements,
+    Traffic,
+)
+from costmodel.model import (
+    LevelCost,
+    MeasuredLevel,
+    OperatingPoint,
+    blended_usd_per_m_tokens,
+    break_even_utilization,
+    cost_per,
+    level_cost,
+    mean_lengths,
+    operating_point,
+    request_price,
+)
+from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, StalePrice, stale_prices
+from costmodel.sensitivity import Sensitivity, sensitivity
+from costmodel.verdict import Verdict, verdict
+from loadgen.metrics import SLO
+
+GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
+MIX_MISMATCH = 0.10  # input share of the traffic vs the measured workload, before a warning
+RATE_MISMATCH = 0.25  # window request count vs token-derived rate at the operating point, before a warning
+
+
+@dataclass(frozen=True)
+class EngineLevels:
+    engine: str
+    levels: tuple[MeasuredLevel, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedPricing:
+    assumptions: Assumptions
+    gpu: GpuPrice | None
+    gpu_label: str
+    providers: tuple[ProviderPrice, ...]
+    references: tuple[ProviderPrice, ...]
+    monthly_tokens: float | None
+    input_share: float | None
+    assumed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderCost:
+    id: str
+    model: str
+    model_name: str
+    open_weights: bool
+    is_secondary: bool
+    quantization: str | None
+    usd_per_request: float
+    usd_per_m_tokens: float
+    monthly_usd: float | None
+    break_even_utilization: float | None
+    crossover: Crossover | None
+
+
+@dataclass(frozen=True)
+class CostResult:
+    engine: str
+    isl: float
+    osl: float
+    replica_usd_per_hour: float
+    levels: tuple[LevelCost, ...]
+    operating_point: OperatingPoint | None
+    no_operating_point_reason: str
+    usd_per_request: float | None
+    fleet: FleetPlan | None
+    providers: tuple[ProviderCost, ...]
+    warnings: tuple[str, ...] = ()
+
+    def provider(self, provider_id: str) -> ProviderCost | None:
+        return next((p for p in self.providers if p.id == provider_id), None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    results: tuple[CostResult, ...]
+    best: CostResult | None
+    compared_to: ProviderCost | None
+    verdict: Verdict
+    sensitivity: Sensitivity | None
+    pricing: ResolvedPricing
+    requirements: Requirements
+    slo: SLO
+    attainment_target: float
+    stale_prices: tuple[StalePrice, ...]
+    today: date
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) -> ResolvedPricing:
+    """Names -> catalog rows, defaults -> numbers. Raises PriceError naming what is missing or unknown."""
+    traffic = traffic or Traffic()
+    gpu: GpuPrice | None = None
+    if pricing.gpu_usd_per_hour is not None:
+        price = pricing.gpu_usd_per_hour
+        label = f"{pricing.gpu or 'GPU'} at your price (${price:g}/GPU-h, {pricing.gpu_pricing})"
+        reserved = pricing.gpu_pricing == "reserved"
+    elif pricing.gpu:
+        gpu = catalog.gpu(pricing.gpu, pricing.gpu_pricing)
+        price, label, reserved = gpu.usd_per_gpu_hour, gpu.label(), gpu.pricing == "reserved"
+    else:
+        raise PriceError("no GPU price: give --gpu NAME (e.g. h100-sxm) or --gpu-price USD_PER_GPU_HOUR, "
+                         "or pricing.gpu in the scenario")
+    assumed = []
+    if traffic.hourly_profile is None and traffic.peak_to_average is None:
+        assumed.append(f"peak-to-average {DEFAULT_PEAK_TO_AVERAGE:g} (assumed; set traffic.peak_to_average)")
+    hours = traffic.hours_per_month or HOURS_PER_MONTH
+    base = Assumptions(gpu_usd_per_hour=price, operating_hours_per_month=hours, billed_hours_per_month=hours,
+                       peak_to_average=traffic.peak_to_average or DEFAULT_PEAK_TO_AVERAGE,
+                       hourly_profile=tuple(traffic.hourly_profile or ()), autoscale=not reserved,
+                       cache_hit_rate=traffic.cache_hit_rate, uses_batch_api=traffic.uses_batch_api,
+                       gpus_per_replica=pricing.gpus_per_replica, headroom=pricing.headroom,
+                       spare_replicas=pricing.spare_replicas, min_serving_replicas=pricing.min_serving_replicas,
+                       ops_usd_per_month=pricing.ops_usd_per_month)
+    if traffic.days_per_month is not None:
+        base = replace(base, days_per_month=traffic.days_per_month)
+    billed = pricing.billed_hours_per_month or (HOURS_PER_MONTH if reserved else base.hours_of_operation)
+    names = pricing.providers or ([pricing.model] if pricing.model else [])
+    return ResolvedPricing(
+        assumptions=replace(base, billed_hours_per_month=billed), gpu=gpu, gpu_label=label,
+        providers=tuple(catalog.provider_rows(names)), references=tuple(catalog.provider_rows(pricing.references)),
+        monthly_tokens=traffic.total_tokens(), input_share=traffic.input_share(), assumed=tuple(assumed))
+
+
+def evaluate(engine: EngineLevels, slo: SLO, attainment_target: float, pricing: ResolvedPricing) -> CostResult:
+    a = pricing.assumptions
+    isl, osl = mean_lengths(engine.levels)
+    costs = tuple(level_cost(lv, a.replica_usd_per_hour, slo, attainment_target)
+                  for lv in sorted(engine.levels, key=lambda lv: lv.load))
+    point = operating_point(engine.levels, slo, attainment_target)
+    reason = "" if point else _no_point_reason(costs)
+    fleet = None
+    if point is not None and pricing.monthly_tokens is not None:
+        fleet = fleet_for(pricing.monthly_tokens, point.request_per_s, isl, osl, a)
+    c_req = cost_per(a.replica_usd_per_hour, point.request_per_s) if point else None
+    providers = tuple(_provider_cost(row, row in pricing.references and row not in pricing.providers, isl, osl,
+                                     point, c_req, fleet, a)
+                      for row in (*pricing.providers, *[r for r in pricing.references if r not in pricing.providers]))
+    return CostResult(engine.engine, isl, osl, a.replica_usd_per_hour, costs, point, reason, c_req, fleet,
+                      providers, tuple(_warnings(engine, point, pricing, isl, osl)))
+
+
+def _provider_cost(row: ProviderPrice, is_secondary: bool, isl: float, osl: float, point: OperatingPoint | None,
+                   c_req: float | None, fleet: FleetPlan | None, a: Assumptions) -> ProviderCost:
+    price = request_price(row, isl, osl, a.cache_hit_rate, a.uses_batch_api)
+    cross = crossover(point.request_per_s, isl, osl, a, price) if point and isl + osl > 0 else None
+    return ProviderCost(
+        id=row.id, model=row.model, model_name=row.model_name or row.model, open_weights=row.open_weights,
+        is_secondary=is_secondary, quantization=row.quantization, usd_per_request=price,
+        usd_per_m_tokens=blended_usd_per_m_tokens(price, isl, osl),
+        monthly_usd=fleet.requests_per_month * price if fleet else None,
+        break_even_utilization=break_even_utilization(c_req, price), crossover=cross)
+
+
+def _no_point_reason(costs: tuple[LevelCost, ...]) -> str:
+    if not costs:
+        return "no level was measured"
+    return "no measured level meets the SLO: " + "; ".join(f"{c.label}: {', '.join(c.slo_problems)}" for c in costs)
+
+
+def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing, isl: float,
+              osl: float) -> list[str]:
+    warnings = [f"{engine.engine} {lv.label}: the client fell behind; the level is not used for the operating point"
+                for lv in engine.levels if not lv.is_valid]
+    if point is not None and point.above is None and point.below != GIVEN:
+        warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.below}); its "
+                        "capacity may be higher, so the self-hosted cost may be lower: measure more load")
+    share = pricing.input_share
+    if share is not None and isl + osl > 0 and abs(share - isl / (isl + osl)) > MIX_MISMATCH:
+        warnings.append(f"the traffic is {share:.0%} input tokens but the measured workload was "
+                        f"{isl / (isl + osl):.0%}: measure with the traffic's prompt and answer lengths")
+    level = next((lv for lv in engine.levels if point and lv.label == point.below), None)
+    if level and level.summary_request_per_s and level.request_per_s > 0:
+        gap = abs(level.summary_request_per_s / level.request_per_s - 1)
+        if gap > RATE_MISMATCH:
+            warnings.append(f"{engine.engine} {level.label}: requests ending in the steady window give "
+                            f"{level.summary_request_per_s:.2f} req/s, tokens give {level.request_per_s:.2f}: "
+                            "the level is too short to count requests; run longer levels")
+    return warnings
+
+
+def decide(engines: Sequence[EngineLevels], slo: SLO, traffic: Traffic | None, pricing: Pricing,
+           requirements: Requirements, catalog: PriceCatalog, today: date) -> Decision:
+    resolved = resolve(traffic, pricing, catalog)
+    results = tuple(evaluate(e, slo, pricing.slo_attainment_target, resolved) for e in engines)
+    best = _best(results)
+    compared = _compared_to(best) if best else None
+    rows = sensitivity(best, compared, resolved, catalog) if best and compared else None
+    rows_used: list[GpuPrice | ProviderPrice] = [*resolved.providers, *resolved.references]
+    if resolved.gpu:
+        rows_used.append(resolved.gpu)
+    warnings = []
+    if resolved.assumptions.ops_usd_per_month == 0:
+        warnings.append("operations cost is $0/month: people's time to run the fleet is not counted "
+                        "(set pricing.ops_usd_per_month)")
+    if not resolved.providers and not resolved.references:
+        warnings.append("no provider to compare with: set pricing.model or pass --provider")
+    return Decision(results, best, compared,
+                    verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target),
+                    rows, resolved, requirements, slo, pricing.slo_attainment_target,
+                    tuple(stale_prices(rows_used, today)), today, tuple(warnings))
+
+
+def _best(results: tuple[CostResult, ...]) -> CostResult | None:
+    sized = [r for r in results if r.operating_point is not None]
+    if not sized:
+        return None
+    if all(r.fleet is not None for r in sized):
+        return min(sized, key=lambda r: r.fleet.monthly_usd if r.fleet else 0.0)
+    return min(sized, key=lambda r: r.usd_per_request if r.usd_per_request is not None else float("inf"))
+
+
+def _compared_to(result: CostResult) -> ProviderCost | None:
+    """The cheapest host of the same open model; failing that the cheapest named provider or reference."""
+    for pool in ([p for p in result.providers if not p.is_secondary and p.open_weights],
+                 [p for p in result.providers if not p.is_secondary], list(result.providers)):
+        if pool:
+            return min(pool, key=lambda p: (p.usd_per_request, p.id))
+    return None
+
+
+def decide_given(output_tokens_per_s: float, isl: float, osl: float, settings: DecisionSettings,
+                 catalog: PriceCatalog, today: date, engine: str = "self-hosted") -> Decision:
+    """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO."""
+    if output_tokens_per_s <= 0 or osl <= 0 or isl < 0:
+        raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
+    r = output_tokens_per_s / osl
+    level = MeasuredLevel(GIVEN, 0.0, r, output_tokens_per_s, r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
+    return decide([EngineLevels(engine, (level,))], SLO(), settings.traffic, settings.pricing, settings.requirements,
+                  catalog, today)

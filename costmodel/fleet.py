@@ -1,0 +1,237 @@
+"""From the operating point to money: the fleet a traffic needs, its monthly cost, and the crossover volume.
+
+Pure functions (COSTMODEL.md, "Fleet and monthly cost" and "Crossover"). A fleet is sized for the peak:
+`n_serve = max(min_serving, ceil(lambda_peak / (u * R*)))` replicas plus spares, billed `H_bill` hours.
+With an hourly profile, each hour of the day gets the replicas it needs (an autoscaled lower bound) and
+the spares stay on. The self-hosted cost is therefore a step function of volume, and so is the crossover.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH
+from costmodel.model import PER_MILLION, SECONDS_PER_HOUR, blended_usd_per_m_tokens, cost_per
+
+MAX_CROSSOVER_STEPS = 1_000_000
+_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The resolved numbers, other than the measurements and the volume, that set a monthly cost."""
+
+    gpu_usd_per_hour: float
+    gpus_per_replica: int = 1
+    operating_hours_per_month: float = HOURS_PER_MONTH
+    billed_hours_per_month: float = HOURS_PER_MONTH
+    peak_to_average: float = DEFAULT_PEAK_TO_AVERAGE
+    hourly_profile: tuple[float, ...] = ()
+    days_per_month: float = DAYS_PER_MONTH
+    autoscale: bool = True
+    headroom: float = 0.8
+    spare_replicas: int = 1
+    min_serving_replicas: int = 1
+    ops_usd_per_month: float = 0.0
+    cache_hit_rate: float = 0.0
+    uses_batch_api: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gpu_usd_per_hour < 0 or self.ops_usd_per_month < 0:
+            raise ValueError("prices must be >= 0")
+        if not 0 < self.headroom <= 1:
+            raise ValueError(f"headroom must be in (0, 1], got {self.headroom}")
+        if self.peak_to_average < 1 or self.min_serving_replicas < 1 or self.spare_replicas < 0:
+            raise ValueError("peak_to_average >= 1, min_serving_replicas >= 1, spare_replicas >= 0")
+        if self.hourly_profile and (len(self.hourly_profile) != 24 or sum(self.hourly_profile) <= 0):
+            raise ValueError("hourly_profile: 24 weights >= 0, at least one > 0")
+
+    @property
+    def replica_usd_per_hour(self) -> float:
+        """P = k * p_gpu."""
+        return self.gpus_per_replica * self.gpu_usd_per_hour
+
+    @property
+    def is_autoscaled(self) -> bool:
+        return bool(self.hourly_profile) and self.autoscale
+
+    @property
+    def hours_of_operation(self) -> float:
+        """H_op: given, or the profile's open hours times its days."""
+        if self.hourly_profile:
+            return self.days_per_month * sum(1 for w in self.hourly_profile if w > 0)
+        return self.operating_hours_per_month
+
+    @property
+    def peak_ratio(self) -> float:
+        """PAR: given, or the profile's busiest hour over its mean open hour."""
+        if self.hourly_profile:
+            open_hours = [w for w in self.hourly_profile if w > 0]
+            return max(open_hours) * len(open_hours) / sum(open_hours)
+        return self.peak_to_average
+
+    @property
+    def max_utilization(self) -> float:
+        """U_max: about the highest average utilization a fleet can reach (less with spares and rounding)."""
+        if self.is_autoscaled:
+            return self.headroom
+        return self.headroom * (self.hours_of_operation / self.billed_hours_per_month) / self.peak_ratio
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    monthly_tokens: float
+    requests_per_month: float
+    average_request_per_s: float
+    peak_request_per_s: float
+    serving_replicas: int
+    spare_replicas: int
+    total_replicas: int
+    gpus: int
+    replica_hours_per_month: float
+    gpu_usd_per_month: float
+    ops_usd_per_month: float
+    monthly_usd: float
+    utilization: float
+    hourly_serving_replicas: tuple[int, ...] = ()
+
+
+def _ceil(x: float) -> int:
+    """ceil that does not turn 2.0000000000000004 (float noise) into 3."""
+    return math.ceil(x - _TOLERANCE * max(1.0, abs(x)))
+
+
+def fleet_for(monthly_tokens: float, request_per_s: float, isl: float, osl: float, a: Assumptions) -> FleetPlan:
+    """The fleet and its monthly cost for `monthly_tokens` (input + output) at R* = `request_per_s`."""
+    if request_per_s <= 0 or isl + osl <= 0:
+        raise ValueError("a fleet needs a throughput > 0 at the operating point and requests of > 0 tokens")
+    n = monthly_tokens / (isl + osl)
+    capacity = a.headroom * request_per_s  # requests/s one replica takes on at the headroom
+    average = n / (SECONDS_PER_HOUR * a.hours_of_operation)
+    peak = a.peak_ratio * average
+    hourly: tuple[int, ...] = ()
+    if a.is_autoscaled:
+        total = sum(a.hourly_profile)
+        per_hour = [n * w / total / (a.days_per_month * SECONDS_PER_HOUR) for w in a.hourly_profile]
+        hourly = tuple(max(a.min_serving_replicas, _ceil(rate / capacity)) if w > 0 else 0
+                       for rate, w in zip(per_hour, a.hourly_profile, strict=True))
+        serving = max(hourly)
+        replica_hours = a.days_per_month * sum(hourly) + a.spare_replicas * a.billed_hours_per_month
+    else:
+        serving = max(a.min_serving_replicas, _ceil(peak / capacity))
+        replica_hours = (serving + a.spare_replicas) * a.billed_hours_per_month
+    gpu_usd = replica_hours * a.replica_usd_per_hour
+    return FleetPlan(
+        monthly_tokens=monthly_tokens, requests_per_month=n, average_request_per_s=average,
+        peak_request_per_s=peak, serving_replicas=serving, spare_replicas=a.spare_replicas,
+        total_replicas=serving + a.spare_replicas, gpus=(serving + a.spare_replicas) * a.gpus_per_replica,
+        replica_hours_per_month=replica_hours, gpu_usd_per_month=gpu_usd, ops_usd_per_month=a.ops_usd_per_month,
+        monthly_usd=gpu_usd + a.ops_usd_per_month,
+        utilization=n / (replica_hours * request_per_s * SECONDS_PER_HOUR) if replica_hours > 0 else 0.0,
+        hourly_serving_replicas=hourly,
+    )
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where self-hosting becomes cheaper than one provider: a monthly volume, or None and why not."""
+
+    monthly_tokens: float | None
+    serving_replicas: int | None
+    break_even_utilization: float | None
+    max_utilization: float
+    reason: str
+    stays_cheaper_above: float | None = None  # past the sawtooth's last gap (closed form only)
+
+
+def crossover(request_per_s: float, isl: float, osl: float, a: Assumptions,
+              provider_usd_per_request: float) -> Crossover:
+    """The lowest monthly volume (input + output tokens) above which the fleet costs less than the provider."""
+    c_req = cost_per(a.replica_usd_per_hour, request_per_s)
+    assert c_req is not None, "crossover needs a throughput > 0"
+    u_max = a.max_utilization
+    if provider_usd_per_request <= 0:
+        return Crossover(None, None, None, u_max, "the provider charges nothing for these requests")
+    rho = c_req / provider_usd_per_request
+    if a.replica_usd_per_hour == 0 and a.ops_usd_per_month == 0:
+        return Crossover(0.0, a.min_serving_replicas, rho, u_max,
+                         "self-hosting costs nothing here (GPU price 0, no operations cost): cheaper at any volume")
+    if rho >= u_max:
+        return Crossover(None, None, rho, u_max, _never_reason(rho, u_max, a))
+    b = blended_usd_per_m_tokens(provider_usd_per_request, isl, osl)
+    if a.is_autoscaled:
+        return _stepped_crossover(request_per_s, isl, osl, a, b, rho)
+    return _closed_form_crossover(request_per_s, isl, osl, a, b, rho)
+
+
+def _never_reason(rho: float, u_max: float, a: Assumptions) -> str:
+    if rho >= 1:
+        return (f"even 100% busy, a replica costs {rho:.2f}x the provider's price per request: "
+                "self-hosting never wins at any volume")
+    shape = (f"an hourly profile with {a.headroom:.0%} headroom" if a.is_autoscaled else
+             f"a peak {a.peak_ratio:g}x the average, {a.headroom:.0%} headroom and "
+             f"{a.hours_of_operation:g} of {a.billed_hours_per_month:g} billed hours used")
+    return (f"self-hosting breaks even only at {rho:.0%} average utilization, but with {shape} a fleet is "
+            f"at most {u_max:.0%} busy on average: no crossover at any volume")
+
+
+def _closed_form_crossover(r: float, isl: float, osl: float, a: Assumptions, b: float, rho: float) -> Crossover:
+    """Step m = min_serving, ...: Vcap(m) = m*u*R*/PAR*3600*H_op*(ISL+OSL), V(m) = C_self(m)*1e6/b; the first
+    m with V(m) <= Vcap(m) crosses over at max(V(m), Vcap(m-1)). Solved for m directly, then checked."""
+    k_cap = a.headroom * r / a.peak_ratio * SECONDS_PER_HOUR * a.hours_of_operation * (isl + osl)
+    per_replica = a.replica_usd_per_hour * a.billed_hours_per_month * PER_MILLION / b
+    fixed = a.spare_replicas * per_replica + a.ops_usd_per_month * PER_MILLION / b
+
+    def volume(m: int) -> float:
+        return m * per_replica + fixed
+
+    def crosses(m: int) -> bool:
+        return volume(m) <= m * k_cap * (1 + _TOLERANCE)
+
+    m = max(a.min_serving_replicas, _ceil(fixed / (k_cap - per_replica)))
+    while m > a.min_serving_replicas and crosses(m - 1):
+        m -= 1
+    while not crosses(m):
+        m += 1
+    def lower(m: int) -> float:
+        return 0.0 if m == a.min_serving_replicas else (m - 1) * k_cap
+
+    at = max(volume(m), lower(m))
+    # Past the crossover the fleet's cost jumps at each Vcap(m), and the provider can be cheaper again just
+    # above a jump; from m_all on, every step starts below the provider's line.
+    m_all = max(m, _ceil((fixed + k_cap) / (k_cap - per_replica)))
+    while m_all > m and volume(m_all - 1) <= lower(m_all - 1):
+        m_all -= 1
+    stays = max(volume(m_all - 1), lower(m_all - 1)) if m_all > m and crosses(m_all - 1) else lower(m_all)
+    return Crossover(at, m, rho, a.max_utilization, f"self-hosting is cheaper above this volume ({m} serving "
+                                                    f"replica{'s' if m > 1 else ''} at the peak)",
+                     stays_cheaper_above=max(at, stays))
+
+
+def _stepped_crossover(r: float, isl: float, osl: float, a: Assumptions, b: float, rho: float) -> Crossover:
+    """The autoscaled fleet: each open hour h needs max(min, ceil(V * q_h)) replicas, so the cost steps at
+    V = n / q_h; walk the steps in order until the provider's line reaches the fleet's cost."""
+    total = sum(a.hourly_profile)
+    per_token = 1 / ((isl + osl) * a.days_per_month * SECONDS_PER_HOUR * a.headroom * r)
+    q = {h: w / total * per_token for h, w in enumerate(a.hourly_profile) if w > 0}
+    n = dict.fromkeys(q, a.min_serving_replicas)
+    edges = [(n[h] / q[h], h) for h in q]
+    heapq.heapify(edges)
+    lower = 0.0
+    spares = a.spare_replicas * a.billed_hours_per_month
+    for _ in range(MAX_CROSSOVER_STEPS):
+        upper = edges[0][0]
+        cost = a.replica_usd_per_hour * (a.days_per_month * sum(n.values()) + spares) + a.ops_usd_per_month
+        at = cost * PER_MILLION / b
+        if at <= upper * (1 + _TOLERANCE):
+            return Crossover(max(at, lower), max(n.values()), rho, a.max_utilization,
+                             "self-hosting is cheaper above this volume (autoscaled by the hour)")
+        while edges[0][0] <= upper * (1 + _TOLERANCE):
+            _, h = heapq.heappop(edges)
+            n[h] += 1
+            heapq.heappush(edges, (n[h] / q[h], h))
+        lower = upper
+    return Crossover(None, None, rho, a.max_utilization,
+                     f"no crossover below {lower:.3g} tokens/month ({MAX_CROSSOVER_STEPS:,} fleet steps)")

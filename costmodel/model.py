@@ -1,0 +1,234 @@
+"""The cost model of COSTMODEL.md, per measured level: what a request costs, and where the SLO holds.
+
+Pure functions over frozen dataclasses: measured levels and prices in, costs out. Nothing here reads a
+file or knows a run directory; `costmodel.fleet` sizes a fleet from the operating point found here.
+
+Symbols follow COSTMODEL.md: P = k * p_gpu (USD per replica-hour), R(c) requests/s, X_out(c) output
+tokens/s, A(c) SLO attainment, ISL/OSL mean input/output tokens per request, a the provider's price of
+one request, b its blended price per 1M tokens, rho(c) = C_req(c) / a the break-even utilization.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from costmodel.prices import ProviderPrice
+from loadgen.metrics import SLO, LevelSummary
+
+SECONDS_PER_HOUR = 3600.0
+PER_MILLION = 1e6
+
+
+@dataclass(frozen=True)
+class MeasuredLevel:
+    """What the cost model needs of one measured level of one engine on one replica (k GPUs).
+
+    `request_per_s` is R(c). From a run it is X_out / OSL: tokens are counted as they arrive in the steady
+    window, while whole requests count only when they end inside it, so in short levels the token count is
+    the steadier estimate of the same rate (`summary_request_per_s` keeps the window's own count).
+    """
+
+    label: str
+    load: float
+    request_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    slo_attainment: float = 1.0
+    ttft_p95_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    mean_input_tokens: float = 0.0
+    mean_output_tokens: float = 0.0
+    num_ok: int = 1
+    is_valid: bool = True
+    summary_request_per_s: float | None = None
+
+
+def level_from_summary(s: LevelSummary) -> MeasuredLevel:
+    isl = _finite(s.mean_input_tokens)
+    osl = _finite(s.mean_output_tokens)
+    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
+    return MeasuredLevel(
+        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
+        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
+        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
+        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
+        summary_request_per_s=s.request_per_s,
+    )
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
+
+
+def mean_lengths(levels: Sequence[MeasuredLevel]) -> tuple[float, float]:
+    """ISL and OSL: the mean input and output tokens per request over every level, weighted by requests."""
+    weight = sum(lv.num_ok for lv in levels)
+    if weight == 0:
+        return 0.0, 0.0
+    isl = sum(lv.mean_input_tokens * lv.num_ok for lv in levels) / weight
+    osl = sum(lv.mean_output_tokens * lv.num_ok for lv in levels) / weight
+    return isl, osl
+
+
+# --- per level ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LevelCost:
+    """Self-hosted cost at one level; None where the level completed nothing (the cost is unbounded)."""
+
+    label: str
+    load: float
+    usd_per_request: float | None
+    usd_per_m_output_tokens: float | None
+    usd_per_m_total_tokens: float | None
+    goodput_usd_per_request: float | None
+    goodput_usd_per_m_output_tokens: float | None
+    slo_problems: tuple[str, ...]
+
+    @property
+    def meets_slo(self) -> bool:
+        return not self.slo_problems
+
+
+def cost_per(replica_usd_per_hour: float, units_per_s: float, scale: float = 1.0) -> float | None:
+    """P * scale / (3600 * rate): the cost of `scale` units at `units_per_s`; None when nothing is produced."""
+    if units_per_s <= 0:
+        return None
+    return replica_usd_per_hour * scale / (SECONDS_PER_HOUR * units_per_s)
+
+
+def level_cost(level: MeasuredLevel, replica_usd_per_hour: float, slo: SLO, attainment_target: float) -> LevelCost:
+    p, a = replica_usd_per_hour, level.slo_attainment
+    return LevelCost(
+        label=level.label, load=level.load,
+        usd_per_request=cost_per(p, level.request_per_s),
+        usd_per_m_output_tokens=cost_per(p, level.output_tokens_per_s, PER_MILLION),
+        usd_per_m_total_tokens=cost_per(p, level.input_tokens_per_s + level.output_tokens_per_s, PER_MILLION),
+        goodput_usd_per_request=cost_per(p, level.request_per_s * a),
+        goodput_usd_per_m_output_tokens=cost_per(p, level.output_tokens_per_s * a, PER_MILLION),
+        slo_problems=slo_problems(level, slo, attainment_target),
+    )
+
+
+def slo_problems(level: MeasuredLevel, slo: SLO, attainment_target: float) -> tuple[str, ...]:
+    """Why a level does not qualify as an operating point; empty when it does."""
+    problems = []
+    if not level.is_valid:
+        problems.append("the client fell behind (level invalid)")
+    if level.num_ok == 0 or level.request_per_s <= 0:
+        problems.append("no request completed")
+    if level.slo_attainment < attainment_target:
+        problems.append(f"SLO attainment {level.slo_attainment:.1%} < {attainment_target:.0%}")
+    for name, value, limit in _latency_checks(level, slo):
+        if value is not None and value > limit:
+            problems.append(f"p95 {name} {value:,.0f} ms > {limit:,.0f} ms")
+    return tuple(problems)
+
+
+def _latency_checks(level: MeasuredLevel, slo: SLO) -> list[tuple[str, float | None, float]]:
+    checks = [("TTFT", level.ttft_p95_ms, slo.ttft_ms), ("TPOT", level.tpot_p95_ms, slo.tpot_ms),
+              ("E2E", level.e2e_p95_ms, slo.e2e_ms)]
+    return [(name, value, limit) for name, value, limit in checks if limit is not None]
+
+
+# --- the provider ---------------------------------------------------------------------------------------
+
+
+def provider_usd_per_request(usd_per_m_input: float, usd_per_m_cached_input: float, usd_per_m_output: float,
+                             isl: float, osl: float, cache_hit_rate: float = 0.0,
+                             batch_discount: float = 0.0) -> float:
+    """a = (ISL * ((1-h) p_in + h p_cached) + OSL * p_out) * (1 - beta) / 1e6."""
+    h = cache_hit_rate
+    per_input = (1 - h) * usd_per_m_input + h * usd_per_m_cached_input
+    return (isl * per_input + osl * usd_per_m_output) * (1 - batch_discount) / PER_MILLION
+
+
+def blended_usd_per_m_tokens(usd_per_request: float, isl: float, osl: float) -> float:
+    """b = a * 1e6 / (ISL + OSL)."""
+    return usd_per_request * PER_MILLION / (isl + osl) if isl + osl > 0 else 0.0
+
+
+def break_even_utilization(self_usd_per_request: float | None, provider_usd_per_request: float) -> float | None:
+    """rho = C_req / a: how busy a replica must be on average to cost what the provider charges.
+    Above 1 it never wins; None when either side is unbounded or the provider charges nothing."""
+    if self_usd_per_request is None or provider_usd_per_request <= 0:
+        return None
+    return self_usd_per_request / provider_usd_per_request
+
+
+# --- the operating point ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """c*: the highest load meeting the SLO, interpolated toward the first level above it that does not."""
+
+    load: float
+    request_per_s: float
+    output_tokens_per_s: float
+    below: str
+    above: str | None
+    limited_by: str
+    is_interpolated: bool = False
+
+
+def operating_point(levels: Sequence[MeasuredLevel], slo: SLO, attainment_target: float) -> OperatingPoint | None:
+    """None when no level meets the SLO. Never extrapolates beyond the highest measured level."""
+    ordered = sorted(levels, key=lambda lv: lv.load)
+    passing = [i for i, lv in enumerate(ordered) if not slo_problems(lv, slo, attainment_target)]
+    if not passing:
+        return None
+    lo = ordered[passing[-1]]
+    if passing[-1] == len(ordered) - 1:
+        return _at(lo, None, "the highest measured level (capacity may be higher: measure more load)")
+    hi = ordered[passing[-1] + 1]
+    if not hi.is_valid:
+        return _at(lo, None, f"{hi.label} above it is invalid (the client fell behind)")
+    fraction, limit = _crossing(lo, hi, slo, attainment_target)
+    point = _interpolate(lo, hi, fraction, limit)
+    if point.request_per_s < lo.request_per_s:  # throughput fell past the peak: run at the level itself
+        return _at(lo, hi.label, f"{limit} (throughput falls beyond {lo.label})")
+    return point
+
+
+def _at(level: MeasuredLevel, above: str | None, limited_by: str) -> OperatingPoint:
+    return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, above, limited_by)
+
+
+def _crossing(lo: MeasuredLevel, hi: MeasuredLevel, slo: SLO, target: float) -> tuple[float, str]:
+    """The smallest fraction of the way from `lo` to `hi` at which a criterion reaches its limit."""
+    crossings = []
+    if hi.slo_attainment < target:
+        crossings.append((_fraction(lo.slo_attainment, hi.slo_attainment, target), f"SLO attainment {target:.0%}"))
+    for (name, low, limit), (_, high, _) in zip(_latency_checks(lo, slo), _latency_checks(hi, slo), strict=True):
+        if low is not None and high is not None and high > limit:
+            crossings.append((_fraction(low, high, limit), f"p95 {name} {limit:,.0f} ms"))
+    if not crossings:  # hi fails for a reason with no value to interpolate (nothing completed)
+        return 0.0, f"{hi.label}: " + "; ".join(slo_problems(hi, slo, target))
+    return min(crossings)
+
+
+def _fraction(low: float, high: float, limit: float) -> float:
+    if high == low:
+        return 0.0
+    return min(1.0, max(0.0, (limit - low) / (high - low)))
+
+
+def _interpolate(lo: MeasuredLevel, hi: MeasuredLevel, f: float, limited_by: str) -> OperatingPoint:
+    def mix(a: float, b: float) -> float:
+        return a + f * (b - a)
+
+    return OperatingPoint(mix(lo.load, hi.load), mix(lo.request_per_s, hi.request_per_s),
+                          mix(lo.output_tokens_per_s, hi.output_tokens_per_s), lo.label, hi.label, limited_by,
+                          is_interpolated=f > 0)
+
+
+def request_price(price: ProviderPrice, isl: float, osl: float, cache_hit_rate: float = 0.0,
+                  uses_batch_api: bool = False) -> float:
+    """`a` for a catalog row; its batch discount applies only to traffic that can use the batch API."""
+    return provider_usd_per_request(price.usd_per_m_input, price.cached_input, price.usd_per_m_output, isl, osl,
+                                    cache_hit_rate, price.batch_discount if uses_batch_api else 0.0)

@@ -1,0 +1,163 @@
+"""How much the answer depends on each assumption: change one at a time, recompute, and compare.
+
+Each row varies one input over a plausible range (COSTMODEL.md, "Report it honestly"): GPU price (spot,
+reserved, the on-demand range), throughput +-30 %, peak-to-average 1 to 3, hours of operation, operations
+cost, the provider's price range, the prompt-cache hit rate. Each variation gives both monthly costs at the
+traffic's volume (when known) and the crossover volume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from costmodel.fleet import Assumptions, crossover, fleet_for
+from costmodel.inputs import HOURS_PER_MONTH
+from costmodel.model import request_price
+from costmodel.prices import PriceCatalog, ProviderPrice
+from costmodel.units import usd
+
+if TYPE_CHECKING:
+    from costmodel.decide import CostResult, ProviderCost, ResolvedPricing
+
+BUSINESS_HOURS_PER_MONTH = 12 * 5 * 52 / 12  # 12 hours a day, 5 days a week: 260
+THROUGHPUT_RANGE = (0.7, 1.3)
+PRICE_RANGE = (0.7, 1.3)
+
+
+@dataclass(frozen=True)
+class Variation:
+    label: str
+    self_host_usd_per_month: float | None
+    provider_usd_per_month: float | None
+    crossover_tokens: float | None
+
+    @property
+    def saving_usd_per_month(self) -> float | None:
+        """Provider minus self-hosted: positive when self-hosting saves money."""
+        if self.self_host_usd_per_month is None or self.provider_usd_per_month is None:
+            return None
+        return self.provider_usd_per_month - self.self_host_usd_per_month
+
+
+@dataclass(frozen=True)
+class SensitivityRow:
+    name: str
+    base_label: str
+    variations: tuple[Variation, ...]
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    baseline: Variation
+    rows: tuple[SensitivityRow, ...]
+
+    def flips(self, row: SensitivityRow) -> bool:
+        """Does some variation of this row change which side is cheaper?"""
+        base = self.baseline.saving_usd_per_month
+        if base is None:
+            return any((v.crossover_tokens is None) != (self.baseline.crossover_tokens is None)
+                       for v in row.variations)
+        return any(v.saving_usd_per_month is not None and (v.saving_usd_per_month > 0) != (base > 0)
+                   for v in row.variations)
+
+
+def sensitivity(best: CostResult, compared: ProviderCost, resolved: ResolvedPricing,
+                catalog: PriceCatalog) -> Sensitivity | None:
+    point = best.operating_point
+    rows = {r.id: r for r in (*resolved.providers, *resolved.references)}
+    if point is None or compared.id not in rows or best.isl + best.osl <= 0:
+        return None
+    a, r0, price0 = resolved.assumptions, point.request_per_s, rows[compared.id]
+
+    def run(label: str, a: Assumptions = a, r: float = r0, price: ProviderPrice = price0) -> Variation:
+        return outcome(label, r, best.isl, best.osl, a, price, resolved.monthly_tokens)
+
+    table = [
+        SensitivityRow("GPU price", usd(a.gpu_usd_per_hour) + "/GPU-h", _gpu_prices(resolved, catalog, run)),
+        SensitivityRow("Throughput at the SLO", f"{r0:.2f} req/s per replica",
+                       tuple(run(f"{f - 1:+.0%}", r=r0 * f) for f in THROUGHPUT_RANGE)),
+        SensitivityRow("Peak-to-average", f"{a.peak_ratio:.2g}",
+                       tuple(run(f"{par:g}", a=replace(a, hourly_profile=(), peak_to_average=par))
+                             for par in (1.0, 3.0))),
+        SensitivityRow("Operations cost", usd(a.ops_usd_per_month) + "/month", _ops(a, run)),
+        SensitivityRow("Provider price", f"{compared.id}",
+                       _provider_prices(price0, resolved, run, best.isl, best.osl)),
+        SensitivityRow("Prompt-cache hit rate", f"{a.cache_hit_rate:.0%}",
+                       tuple(run(f"{h:.0%}", a=replace(a, cache_hit_rate=h)) for h in (0.0, 0.5)
+                             if h != a.cache_hit_rate)),
+    ]
+    if not a.hourly_profile:
+        table.insert(3, SensitivityRow("Hours of operation", f"{a.hours_of_operation:g} h/month", _hours(a, run)))
+    return Sensitivity(run("baseline"), tuple(row for row in table if row.variations))
+
+
+def outcome(label: str, request_per_s: float, isl: float, osl: float, a: Assumptions, price: ProviderPrice,
+            monthly_tokens: float | None) -> Variation:
+    a_req = request_price(price, isl, osl, a.cache_hit_rate, a.uses_batch_api)
+    cross = crossover(request_per_s, isl, osl, a, a_req)
+    if monthly_tokens is None:
+        return Variation(label, None, None, cross.monthly_tokens)
+    fleet = fleet_for(monthly_tokens, request_per_s, isl, osl, a)
+    return Variation(label, fleet.monthly_usd, fleet.requests_per_month * a_req, cross.monthly_tokens)
+
+
+Run = Callable[..., Variation]
+
+
+def _gpu_prices(resolved: ResolvedPricing, catalog: PriceCatalog, run: Run) -> tuple[Variation, ...]:
+    a = resolved.assumptions
+    if resolved.gpu is None:
+        return tuple(run(f"{f - 1:+.0%}", a=replace(a, gpu_usd_per_hour=a.gpu_usd_per_hour * f)) for f in PRICE_RANGE)
+    rows = catalog.gpu_rows(resolved.gpu.gpu)
+    picks = []
+    for kind in ("spot", "reserved"):
+        of_kind = sorted((r for r in rows if r.pricing == kind), key=lambda r: r.usd_per_gpu_hour)
+        picks += of_kind[:1]
+    on_demand = sorted((r for r in rows if r.pricing == "on-demand"), key=lambda r: r.usd_per_gpu_hour)
+    picks += [on_demand[0], on_demand[-1]] if on_demand else []
+    variations, seen = [], {resolved.gpu.id}
+    for row in picks:
+        if row.id in seen:
+            continue
+        seen.add(row.id)
+        reserved = row.pricing == "reserved"
+        billed = HOURS_PER_MONTH if reserved else a.hours_of_operation
+        changed = replace(a, gpu_usd_per_hour=row.usd_per_gpu_hour, billed_hours_per_month=billed,
+                          autoscale=not reserved)
+        variations.append(run(f"{row.cloud} {row.pricing} {usd(row.usd_per_gpu_hour)}", a=changed))
+    return tuple(variations)
+
+
+def _hours(a: Assumptions, run: Run) -> tuple[Variation, ...]:
+    hours = BUSINESS_HOURS_PER_MONTH if a.hours_of_operation >= HOURS_PER_MONTH else HOURS_PER_MONTH
+    label = "business hours (12 h x 5 days)" if hours < HOURS_PER_MONTH else "always on (730 h)"
+    billed = a.billed_hours_per_month if not a.autoscale else hours  # reserved GPUs bill every hour
+    return (run(label, a=replace(a, operating_hours_per_month=hours, billed_hours_per_month=billed)),)
+
+
+def _ops(a: Assumptions, run: Run) -> tuple[Variation, ...]:
+    values = (0.0, 2 * a.ops_usd_per_month) if a.ops_usd_per_month > 0 else (2000.0, 10000.0)
+    return tuple(run(usd(v) + "/month", a=replace(a, ops_usd_per_month=v)) for v in values)
+
+
+def _provider_prices(base: ProviderPrice, resolved: ResolvedPricing, run: Run, isl: float,
+                     osl: float) -> tuple[Variation, ...]:
+    same = [r for r in resolved.providers if r.model == base.model and r.id != base.id]
+    if not same:
+        return tuple(run(f"{f - 1:+.0%}", price=_scaled(base, f)) for f in PRICE_RANGE)
+    a = resolved.assumptions
+
+    def cost(r: ProviderPrice) -> float:
+        return request_price(r, isl, osl, a.cache_hit_rate, a.uses_batch_api)
+
+    ordered = sorted(same, key=cost)
+    picks = {ordered[0].id: ordered[0], ordered[-1].id: ordered[-1]}
+    return tuple(run(row.id, price=row) for row in picks.values())
+
+
+def _scaled(row: ProviderPrice, factor: float) -> ProviderPrice:
+    return row.model_copy(update={"usd_per_m_input": row.usd_per_m_input * factor,
+                                  "usd_per_m_cached_input": row.cached_input * factor,
+                                  "usd_per_m_output": row.usd_per_m_output * factor})

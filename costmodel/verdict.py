@@ -1,0 +1,112 @@
+"""The answer in words a manager reads in ten seconds: which side is cheaper, by how much, and from where.
+
+Answers: `self-host`, `pay-per-token`, `self-host-required` (a requirement decides, the cost only sizes it),
+`depends-on-volume` (no traffic volume given, but a crossover exists), `undecided` (nothing to compare).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from costmodel.inputs import Requirements
+from costmodel.units import tokens, usd
+from loadgen.metrics import SLO
+
+if TYPE_CHECKING:
+    from costmodel.decide import CostResult, ProviderCost, ResolvedPricing
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answer: str
+    headline: str
+    lines: tuple[str, ...]
+    self_host_usd_per_month: float | None = None
+    provider_usd_per_month: float | None = None
+    crossover_tokens: float | None = None
+
+
+def describe_slo(slo: SLO, attainment_target: float) -> str:
+    parts = [f"p95 {name} <= {limit:,.0f} ms" for name, limit in
+             (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms)) if limit is not None]
+    parts.append(f"at least {attainment_target:.0%} of requests meeting every target")
+    return ", ".join(parts)
+
+
+def verdict(results: Sequence[CostResult], best: CostResult | None, compared: ProviderCost | None,
+            resolved: ResolvedPricing, requirements: Requirements, slo: SLO, attainment_target: float) -> Verdict:
+    lines: list[str] = []
+    if best is None:
+        lines.append(f"No measured level met the SLO ({describe_slo(slo, attainment_target)}).")
+        lines += [f"{r.engine}: {r.no_operating_point_reason}" for r in results]
+        lines.append("Measure lower loads, a faster engine or GPU, or relax the SLO; the per-level costs are below.")
+        if requirements.is_self_hosting_required():
+            return _required(requirements, lines, None, None, None)
+        return Verdict("undecided", "Can't size self-hosting: no measured load met the latency targets.", tuple(lines))
+    lines.append(_operating_line(best, resolved, slo, attainment_target))
+    fleet, volume = best.fleet, resolved.monthly_tokens
+    self_usd = fleet.monthly_usd if fleet else None
+    api_usd = compared.monthly_usd if compared else None
+    cross = compared.crossover if compared else None
+    cross_tokens = cross.monthly_tokens if cross else None
+    if fleet:
+        lines.append(f"Fleet for {tokens(volume)} tokens/month: {fleet.serving_replicas} serving + "
+                     f"{fleet.spare_replicas} spare replica(s) x {resolved.assumptions.gpus_per_replica} GPU = "
+                     f"{fleet.gpus} GPUs ({resolved.gpu_label}), {fleet.utilization:.0%} busy on average; "
+                     f"{usd(fleet.gpu_usd_per_month)} GPUs + {usd(fleet.ops_usd_per_month)} operations.")
+    if compared and cross:
+        lines.append(_crossover_line(cross_tokens, cross.reason, compared, volume))
+    if requirements.is_self_hosting_required():
+        return _required(requirements, lines, self_usd, api_usd, cross_tokens)
+    if compared is None:
+        head = f"Self-hosting costs {usd(self_usd)}/month" if self_usd is not None else "Self-hosting is sized below"
+        return Verdict("undecided", f"{head}; there is no provider price to compare it with.", tuple(lines), self_usd)
+    if fleet is None or api_usd is None or self_usd is None:
+        lines.insert(0, "No traffic volume given: set traffic.monthly_tokens in the scenario or pass --monthly-tokens "
+                        "to get monthly costs and a fleet size.")
+        if cross_tokens is None:
+            return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
+                           "that meets the SLO.", tuple(lines), crossover_tokens=None)
+        return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
+                       f"{tokens(cross_tokens)} tokens/month.", tuple(lines), crossover_tokens=cross_tokens)
+    where = f"{compared.id}, the cheapest of the compared hosts" if not compared.is_secondary else compared.id
+    if self_usd < api_usd:
+        head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
+                f"{usd(api_usd - self_usd)}/month less at {tokens(volume)} tokens/month.")
+        return Verdict("self-host", head, tuple(lines), self_usd, api_usd, cross_tokens)
+    head = (f"Pay per token: {usd(api_usd)}/month at {where}, against {usd(self_usd)}/month to self-host "
+            f"{tokens(volume)} tokens/month.")
+    return Verdict("pay-per-token", head, tuple(lines), self_usd, api_usd, cross_tokens)
+
+
+def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: SLO, target: float) -> str:
+    point = best.operating_point
+    assert point is not None
+    if point.below == "given":
+        return (f"At {point.request_per_s:.2f} requests/s per replica ({point.output_tokens_per_s:,.0f} output "
+                f"tokens/s, as given) a request costs {usd(best.usd_per_request)} on "
+                f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
+    where = (f"between {point.below} and {point.above}" if point.is_interpolated else f"at {point.below}")
+    return (f"{best.engine} meets the SLO ({describe_slo(slo, target)}) up to {point.request_per_s:.2f} requests/s "
+            f"per replica ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, {where}; "
+            f"limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
+            f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
+
+
+def _crossover_line(cross_tokens: float | None, reason: str, compared: ProviderCost, volume: float | None) -> str:
+    if cross_tokens is None:
+        return f"No crossover with {compared.id}: {reason}."
+    times = f" ({cross_tokens / volume:.2g}x this traffic)" if volume else ""
+    return f"Crossover with {compared.id}: self-hosting is cheaper above {tokens(cross_tokens)} tokens/month{times}."
+
+
+def _required(requirements: Requirements, lines: list[str], self_usd: float | None, api_usd: float | None,
+              cross_tokens: float | None) -> Verdict:
+    reasons = "; ".join(requirements.reasons())
+    extra = f" ({requirements.reason})" if requirements.reason else ""
+    head = f"Self-host: required whatever the cost, because {reasons}{extra}."
+    if self_usd is not None:
+        head += f" It costs {usd(self_usd)}/month."
+    return Verdict("self-host-required", head, tuple(lines), self_usd, api_usd, cross_tokens)

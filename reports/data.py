@@ -1,0 +1,247 @@
+"""Every figure of a report as plain data: what report.json holds and what the templates and plots read.
+
+Built from a `Decision` (costmodel) and the runs it came from; no rendering here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, is_dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.decide import CostResult, Decision, ProviderCost
+from costmodel.fleet import fleet_for
+from costmodel.inputs import DecisionSettings
+from costmodel.units import share, tokens, usd
+from costmodel.verdict import describe_slo
+from loadgen.metrics import LevelSummary
+from reports.runs import RunReport
+
+CURVE_POINTS = 400
+CAVEATS = [
+    "A one-request-at-a-time benchmark overstates the cost of self-hosting many times over: a GPU decodes a "
+    "batch of requests for about the price of one. These figures come from the measured curve at the SLO.",
+    "Provider endpoints are often quantized (FP8 or lower) and may not match the quality of the weights "
+    "measured here; compare quality before price.",
+    "Tokenizers differ: the same text is a different number of tokens for different models and hosts, so "
+    "per-token prices compare exactly only for the same model.",
+    "Reasoning or 'thinking' tokens bill as output tokens; a workload with long hidden reasoning costs more "
+    "per request than its visible answer suggests.",
+    "Prices move both ways, often within months: every price row is dated, and the report warns when one is "
+    "older than 90 days. Spot GPUs can be reclaimed; reserved GPUs bill every hour.",
+    "Hyperscalers rent these GPUs as 8-GPU nodes; their per-GPU figures are the node price divided by 8. A "
+    "managed per-GPU-hour serving product is not a bare VM.",
+    "Prompt caching lowers the provider's price here but not the self-hosted throughput, which was measured "
+    "on this workload's own prefix reuse.",
+]
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses, pydantic models, dates, paths and non-finite floats -> JSON values."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
+    if hasattr(value, "model_dump"):
+        return jsonable(value.model_dump(mode="json"))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (date, datetime, Path)):
+        return str(value)
+    return value
+
+
+def build_report_data(decision: Decision, runs: list[RunReport], skipped: list[str], settings: DecisionSettings,
+                      price_origins: tuple[str, ...], generated_at: datetime) -> dict[str, Any]:
+    engines = [_engine(result, run, decision.compared_to) for result, run in zip(decision.results, runs, strict=True)]
+    return jsonable({
+        "title": _title(decision, settings),
+        "generated_at": generated_at.isoformat(timespec="seconds"),
+        "verdict": decision.verdict,
+        "side_by_side": _side_by_side(decision),
+        "assumptions": assumptions(decision, runs),
+        "warnings": _warnings(decision, runs, skipped),
+        "stale_prices": decision.stale_prices,
+        "slo": describe_slo(decision.slo, decision.attainment_target),
+        "inputs": {"settings": settings, "assumptions": decision.pricing.assumptions,
+                   "monthly_tokens": decision.pricing.monthly_tokens, "gpu": decision.pricing.gpu_label},
+        "best_engine": decision.best.engine if decision.best else None,
+        "compared_to": decision.compared_to.id if decision.compared_to else None,
+        "engines": engines,
+        "sensitivity": _sensitivity(decision),
+        "monthly_cost_curve": monthly_cost_curve(decision),
+        "price_rows": {"gpu": decision.pricing.gpu, "providers": [*decision.pricing.providers,
+                                                                  *decision.pricing.references],
+                       "files": list(price_origins)},
+        "runs": [_provenance(run) for run in runs],
+        "skipped_runs": skipped,
+        "caveats": CAVEATS,
+    })
+
+
+def _title(decision: Decision, settings: DecisionSettings) -> str:
+    model = settings.pricing.model or (decision.best.engine if decision.best else "this model")
+    gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (settings.pricing.gpu or "your GPU")
+    k = decision.pricing.assumptions.gpus_per_replica
+    return f"Self-host or pay per token: {model} on {f'{k} x ' if k > 1 else ''}{gpu}"
+
+
+def _side_by_side(decision: Decision) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    best, volume = decision.best, decision.pricing.monthly_tokens
+    if best is not None and best.usd_per_request is not None:
+        fleet = best.fleet
+        per_m = (fleet.monthly_usd / volume * 1e6) if fleet and volume else \
+            best.usd_per_request * 1e6 / (best.isl + best.osl)
+        what = (f"{fleet.total_replicas} x {decision.pricing.assumptions.gpus_per_replica} GPU "
+                f"({fleet.gpus} GPUs)" if fleet else "at the operating point, fully busy")
+        rows.append({"kind": "self-hosted", "label": f"Self-hosted: {best.engine}, {what}",
+                     "monthly_usd": fleet.monthly_usd if fleet else None,
+                     "usd_per_m_tokens": per_m,
+                     "note": decision.pricing.gpu_label})
+    if best is None:
+        return rows
+    primary = sorted((p for p in best.providers if not p.is_secondary), key=lambda p: (p.usd_per_request, p.id))
+    picks = {"cheapest": primary[0], "median": primary[(len(primary) - 1) // 2], "most expensive": primary[-1]} \
+        if primary else {}
+    seen = set()
+    for role, p in picks.items():
+        if p.id in seen:
+            continue
+        seen.add(p.id)
+        rows.append(_provider_row(p, f"{role} of {len(primary)} host(s)"))
+    rows += [_provider_row(p, "secondary reference (a different model)") for p in best.providers if p.is_secondary]
+    return rows
+
+
+def _provider_row(p: ProviderCost, role: str) -> dict[str, Any]:
+    note = role + (f"; serves {p.quantization}" if p.quantization else "")
+    return {"kind": "reference" if p.is_secondary else "provider", "label": f"{p.id} ({p.model_name})",
+            "monthly_usd": p.monthly_usd, "usd_per_m_tokens": p.usd_per_m_tokens, "note": note}
+
+
+def assumptions(decision: Decision, runs: list[RunReport]) -> list[str]:
+    a, lines = decision.pricing.assumptions, []
+    best = decision.best
+    if best is not None and best.operating_point is not None:
+        point = best.operating_point
+        lines.append(f"Throughput at the SLO: {point.request_per_s:.2f} requests/s per replica "
+                     f"({point.output_tokens_per_s:,.0f} output tokens/s), measured with {best.engine}.")
+        lines.append(f"Requests of {best.isl:,.0f} input + {best.osl:,.0f} output tokens (the measured means).")
+    volume = decision.pricing.monthly_tokens
+    shape = (f"an hourly profile (peak {a.peak_ratio:.2g}x the average, {a.hours_of_operation:,.0f} h/month)"
+             if a.hourly_profile else f"peak {a.peak_ratio:g}x the average, {a.hours_of_operation:,.0f} h/month")
+    lines.append(f"Traffic: {tokens(volume) + ' tokens/month' if volume else 'volume not given'}, {shape}.")
+    lines.append(f"GPU: {decision.pricing.gpu_label}, {a.gpus_per_replica} per replica, billed "
+                 f"{a.billed_hours_per_month:,.0f} h/month; {a.headroom:.0%} headroom, {a.spare_replicas} spare "
+                 f"replica(s), at least {a.min_serving_replicas} serving.")
+    lines.append(f"Operations: {usd(a.ops_usd_per_month)}/month.")
+    lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits, "
+                 f"{'batch API discount' if a.uses_batch_api else 'no batch discount'}.")
+    lines += [f"Assumed: {text}." for text in decision.pricing.assumed]
+    return lines
+
+
+def _warnings(decision: Decision, runs: list[RunReport], skipped: list[str]) -> list[str]:
+    lines = list(decision.warnings)
+    for run in runs:
+        lines += [f"{run.label} ({run.run_dir.name}): {note}" for note in run.notes]
+        hardware = _hardware_warning(run, decision.pricing.gpu.gpu if decision.pricing.gpu else None)
+        lines += [hardware] if hardware else []
+    lines += [f"skipped: {text}" for text in skipped]
+    for result in decision.results:
+        lines += list(result.warnings)
+    if decision.stale_prices:
+        oldest = decision.stale_prices[0]
+        lines.append(f"{len(decision.stale_prices)} price(s) used are older than 90 days (oldest: {oldest.id}, "
+                     f"{oldest.retrieved}, {oldest.age_days} days): check them, or pass your own with --prices")
+    return lines
+
+
+def _hardware_warning(run: RunReport, gpu: str | None) -> str | None:
+    """Measured on one thing, priced as another? Say so when the run's record can tell."""
+    engine, hardware = run.run.get("engine") or {}, run.run.get("hardware") or {}
+    priced = gpu or "the GPU priced here"
+    if engine.get("launched_by", "user") == "user":
+        return (f"{run.label}: measured through an endpoint that was already running, so the run does not record "
+                f"the hardware that served it; the costs assume {priced} per replica: make sure that is what served it")
+    gpus = hardware.get("gpus")
+    if gpus == []:
+        return f"{run.label}: measured on a machine without a GPU but priced as {priced}: the costs are illustrative"
+    key = next((part for part in (gpu or "").split("-") if any(c.isdigit() for c in part)), None)
+    names = [str(g.get("name", "")) for g in gpus or []]
+    if key and names and not any(re.search(rf"\b{re.escape(key)}\b", n, re.IGNORECASE) for n in names):
+        return f"{run.label}: measured on {', '.join(sorted(set(names)))} but priced as {gpu}"
+    return None
+
+
+def _engine(result: CostResult, run: RunReport, compared: ProviderCost | None) -> dict[str, Any]:
+    costs = {c.label: c for c in result.levels}
+    price = result.provider(compared.id) if compared else None
+    levels = [_level(s, costs.get(s.level), price) for s in run.summaries]
+    return {"engine": result.engine, "run_dir": str(run.run_dir), "kind": run.kind, "isl": result.isl,
+            "osl": result.osl, "replica_usd_per_hour": result.replica_usd_per_hour,
+            "operating_point": result.operating_point, "no_operating_point_reason": result.no_operating_point_reason,
+            "usd_per_request": result.usd_per_request, "fleet": result.fleet, "providers": result.providers,
+            "warnings": result.warnings, "levels": levels}
+
+
+def _level(s: LevelSummary, cost: Any, price: ProviderCost | None) -> dict[str, Any]:
+    row = {"label": s.level, "kind": s.kind, "load": s.target, "num_ok": s.num_ok, "num_failed": s.num_failed,
+           "failure_rate": s.failure_rate, "output_tokens_per_s": s.output_tokens_per_s,
+           "request_per_s": s.output_tokens_per_s / s.mean_output_tokens if s.mean_output_tokens else 0.0,
+           "window_request_per_s": s.request_per_s, "goodput_request_per_s": s.goodput_request_per_s,
+           "slo_attainment": s.slo_attainment, "ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms, "tpot_ms": s.tpot_ms,
+           "e2e_ms": s.e2e_ms, "is_valid": s.is_valid, "invalid_reasons": s.invalid_reasons,
+           "used_for_cost": cost is not None, "cost": cost, "meets_slo": cost.meets_slo if cost else None,
+           "break_even_utilization": None}
+    if cost is not None and price is not None and cost.usd_per_request is not None and price.usd_per_request > 0:
+        row["break_even_utilization"] = cost.usd_per_request / price.usd_per_request
+    return row
+
+
+def _sensitivity(decision: Decision) -> dict[str, Any] | None:
+    sens = decision.sensitivity
+    if sens is None:
+        return None
+    return {"baseline": {**asdict(sens.baseline), "saving_usd_per_month": sens.baseline.saving_usd_per_month},
+            "compared_to": decision.compared_to.id if decision.compared_to else None,
+            "rows": [{"name": row.name, "base_label": row.base_label, "flips": sens.flips(row),
+                      "variations": [{**asdict(v), "saving_usd_per_month": v.saving_usd_per_month}
+                                     for v in row.variations]} for row in sens.rows]}
+
+
+def monthly_cost_curve(decision: Decision) -> dict[str, Any] | None:
+    """Monthly cost against monthly volume: each sized engine's fleet (a step function) and each provider."""
+    best = decision.best
+    if best is None:
+        return None
+    anchors = [v for v in [decision.pricing.monthly_tokens,
+                           *[p.crossover.monthly_tokens for p in best.providers if p.crossover]] if v]
+    low, high = (min(anchors) / 30, max(anchors) * 30) if anchors else (1e8, 1e12)
+    volumes = np.geomspace(max(low, 1e6), max(high, 1e7), CURVE_POINTS)
+    a = decision.pricing.assumptions
+    self_host = {r.engine: [fleet_for(float(v), r.operating_point.request_per_s, r.isl, r.osl, a).monthly_usd
+                            for v in volumes] for r in decision.results if r.operating_point and r.isl + r.osl > 0}
+    providers = {p.id: [float(v) * p.usd_per_m_tokens / 1e6 for v in volumes] for p in best.providers}
+    crossings = {p.id: p.crossover.monthly_tokens for p in best.providers if p.crossover}
+    return {"volumes": [float(v) for v in volumes], "self_host": self_host, "providers": providers,
+            "crossovers": crossings, "traffic": decision.pricing.monthly_tokens}
+
+
+def _provenance(run: RunReport) -> dict[str, Any]:
+    r = run.run
+    scenario = r.get("scenario") or {}
+    return {"run_dir": str(run.run_dir), "run_id": r.get("run_id"), "status": run.status,
+            "started_at": r.get("started_at"), "finished_at": r.get("finished_at"), "tool": r.get("tool"),
+            "engine": r.get("engine"), "endpoint": r.get("endpoint"), "hardware": r.get("hardware"),
+            "scenario": scenario.get("name"), "workload": scenario.get("workload"), "load": scenario.get("load"),
+            "levels_planned": r.get("levels"), "levels_measured": [s.level for s in run.summaries],
+            "missing": run.missing, "cut_short": run.cut_short, "notes": run.notes}

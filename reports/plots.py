@@ -1,0 +1,218 @@
+"""The report's plots, drawn from the report's own data (report.json), so a plot never shows a number the
+JSON does not hold. matplotlib with the Agg backend; each plot comes back as PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+DPI = 110
+SIZE = (8.0, 4.2)
+PERCENTILES = (("p50", ":"), ("p95", "-"), ("p99", "--"))
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _colors() -> list[str]:
+    return [c["color"] for c in plt.rcParams["axes.prop_cycle"]]
+
+
+def _money(value: float, _: object = None) -> str:
+    if value >= 1e6:
+        return f"${value / 1e6:,.1f}M"
+    if value >= 1e3:
+        return f"${value / 1e3:,.0f}k"
+    return f"${value:,.2f}" if value < 10 else f"${value:,.0f}"
+
+
+def _volume(value: float, _: object = None) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def _load_axis(ax: Any, engines: list[dict[str, Any]]) -> None:
+    loads = [lv["load"] for e in engines for lv in e["levels"] if lv["kind"] == e["kind"]]
+    if loads and min(loads) > 0 and max(loads) / min(loads) >= 8:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    kind = engines[0]["kind"] if engines else "concurrency"
+    ax.set_xlabel("concurrent users" if kind == "concurrency" else "offered load (requests/s)")
+    ax.grid(True, alpha=0.3)
+
+
+def _levels(engine: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted((lv for lv in engine["levels"] if lv["kind"] == engine["kind"]), key=lambda lv: lv["load"])
+
+
+def throughput_plot(data: dict[str, Any]) -> bytes:
+    fig, ax = plt.subplots(figsize=SIZE)
+    for engine, color in zip(data["engines"], _colors(), strict=False):
+        levels = _levels(engine)
+        ax.plot([lv["load"] for lv in levels], [lv["output_tokens_per_s"] for lv in levels], "o-", color=color,
+                label=engine["engine"])
+        point = engine["operating_point"]
+        if point:
+            ax.plot([point["load"]], [point["output_tokens_per_s"]], "*", ms=16, color=color, mec="black",
+                    label=f"{engine['engine']}: highest load within the SLO")
+    _load_axis(ax, data["engines"])
+    ax.set_ylabel("output tokens/s (one replica)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs load")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def latency_plot(data: dict[str, Any]) -> bytes:
+    fig, axes = plt.subplots(1, 2, figsize=(SIZE[0] * 1.25, SIZE[1]))
+    slo = data["inputs"]["settings"]["slo"]
+    panels = (("ttft_ms", "TTFT (ms)", slo.get("ttft_ms")), ("itl_ms", "ITL and TPOT (ms)", slo.get("tpot_ms")))
+    for ax, (key, title, limit) in zip(axes, panels, strict=True):
+        for engine, color in zip(data["engines"], _colors(), strict=False):
+            levels = [lv for lv in _levels(engine) if lv[key]["p50"] is not None]
+            for stat, style in PERCENTILES:
+                ax.plot([lv["load"] for lv in levels], [lv[key][stat] for lv in levels], style, marker="o", ms=3,
+                        color=color, label=f"{engine['engine']} {stat}")
+            if key == "itl_ms":  # the SLO is on TPOT (per request), which the operating point is judged by
+                tpot = [lv for lv in levels if lv["tpot_ms"]["p95"] is not None]
+                ax.plot([lv["load"] for lv in tpot], [lv["tpot_ms"]["p95"] for lv in tpot], "-.", marker="s", ms=3,
+                        color=color, label=f"{engine['engine']} TPOT p95")
+        if limit:
+            label = "SLO (TTFT)" if key == "ttft_ms" else "SLO (TPOT, per-token target)"
+            ax.axhline(limit, color="red", lw=1.5, label=label)
+        _load_axis(ax, data["engines"])
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def cost_per_token_plot(data: dict[str, Any]) -> bytes:
+    fig, ax = plt.subplots(figsize=SIZE)
+    for engine, color in zip(data["engines"], _colors(), strict=False):
+        levels = [lv for lv in _levels(engine) if lv["cost"] and lv["cost"]["usd_per_m_total_tokens"] is not None]
+        ax.plot([lv["load"] for lv in levels], [lv["cost"]["usd_per_m_total_tokens"] for lv in levels], "o-",
+                color=color, lw=2, label=f"self-hosted, {engine['engine']} (fully busy)")
+        point = engine["operating_point"]
+        if point and point["request_per_s"] > 0 and engine["isl"] + engine["osl"] > 0:
+            tokens_per_s = point["request_per_s"] * (engine["isl"] + engine["osl"])
+            at_point = engine["replica_usd_per_hour"] * 1e6 / (3600 * tokens_per_s)
+            ax.plot([point["load"]], [at_point], "*", ms=16, color=color, mec="black",
+                    label=f"{engine['engine']}: at the operating point {_money(at_point)}")
+        missed = [lv for lv in levels if not lv["meets_slo"]]
+        if missed:
+            ax.plot([lv["load"] for lv in missed], [lv["cost"]["usd_per_m_total_tokens"] for lv in missed], "x",
+                    color="red", ms=10, mew=2, label=f"{engine['engine']}: misses the SLO")
+    best = next((e for e in data["engines"] if e["engine"] == data["best_engine"]), None)
+    for provider, color in zip((best or {}).get("providers", []), _colors()[3:] + _colors(), strict=False):
+        style = "--" if provider["is_secondary"] else "-"
+        ax.axhline(provider["usd_per_m_tokens"], ls=style, lw=1, color=color,
+                   label=f"{provider['id']} ${provider['usd_per_m_tokens']:.3g}")
+    _load_axis(ax, data["engines"])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(_money))
+    ax.set_ylabel("USD per 1M tokens (input + output)")
+    ax.set_title("Cost per million tokens vs load, against provider prices")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _png(fig)
+
+
+def monthly_cost_plot(data: dict[str, Any]) -> bytes | None:
+    curve = data["monthly_cost_curve"]
+    if not curve or not curve["self_host"]:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    volumes = curve["volumes"]
+    for (engine, costs), color in zip(curve["self_host"].items(), _colors(), strict=False):
+        ax.plot(volumes, costs, color=color, lw=2.5, drawstyle="steps-post", label=f"self-hosted, {engine}")
+    for (pid, costs), color in zip(curve["providers"].items(), _colors()[3:] + _colors(), strict=False):
+        secondary = pid not in [p["id"] for e in data["engines"] for p in e["providers"] if not p["is_secondary"]]
+        ax.plot(volumes, costs, ls="--" if secondary else "-", lw=1, color=color, label=pid)
+        cross = curve["crossovers"].get(pid)
+        if cross and volumes[0] <= cross <= volumes[-1]:
+            at = (cross, cross * costs[0] / volumes[0])
+            ax.plot(*at, "o", color=color, mec="black", ms=8)
+            text = f"crossover {_volume(cross)}" + (" tokens/month" if pid == data["compared_to"] else "")
+            ax.annotate(text, at, textcoords="offset points", xytext=(-8, 10), ha="right", fontsize=8,
+                        fontweight="bold" if pid == data["compared_to"] else "normal")
+    if curve["traffic"]:
+        ax.axvline(curve["traffic"], color="black", lw=1, ls=":", label=f"your traffic {_volume(curve['traffic'])}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_volume))
+    ax.yaxis.set_major_formatter(FuncFormatter(_money))
+    ax.set_xlabel("monthly volume (input + output tokens)")
+    ax.set_ylabel("USD per month")
+    ax.set_title("Monthly cost vs monthly volume")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _png(fig)
+
+
+def sensitivity_plot(data: dict[str, Any]) -> bytes | None:
+    sens = data["sensitivity"]
+    if not sens or sens["baseline"]["saving_usd_per_month"] is None:
+        return None
+    base = sens["baseline"]["saving_usd_per_month"]
+    rows = [r for r in sens["rows"] if any(v["saving_usd_per_month"] is not None for v in r["variations"])]
+    rows.sort(key=lambda r: max(abs(v["saving_usd_per_month"] - base) for v in r["variations"]))
+    fig, ax = plt.subplots(figsize=(SIZE[0] * 1.25, 0.55 * len(rows) + 1.6))
+    for y, row in enumerate(rows):
+        values = [v["saving_usd_per_month"] for v in row["variations"]]
+        low, high = min([*values, base]), max([*values, base])
+        ax.barh(y, high - low, left=low, color="#9ecae1" if not row["flips"] else "#fdae6b", edgecolor="black")
+        for v in row["variations"]:
+            ax.plot([v["saving_usd_per_month"]], [y], "o", color="black", ms=4)
+        ends = sorted(row["variations"], key=lambda v: v["saving_usd_per_month"])
+        for v, side in ((ends[0], "right"), (ends[-1], "left"))[: 2 if len(ends) > 1 else 1]:
+            at = v["saving_usd_per_month"]
+            side = side if len(ends) > 1 else ("left" if at >= base else "right")
+            ax.annotate(v["label"], (at, y), textcoords="offset points", xytext=(-6 if side == "right" else 6, 0),
+                        ha=side, va="center", fontsize=7)
+    everything = [base, 0.0, *(v["saving_usd_per_month"] for r in rows for v in r["variations"])]
+    low, high = min(everything), max(everything)
+    pad = 0.45 * (high - low or abs(base) or 1.0)
+    ax.set_xlim(low - pad, high + pad)
+    ax.axvline(base, color="black", lw=1, label=f"baseline {_signed(base)}")
+    ax.axvline(0, color="red", lw=1.5, label="break-even")
+    ax.set_yticks(range(len(rows)), [f"{r['name']}\n(now {r['base_label']})" for r in rows], fontsize=8)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _signed(v)))
+    ax.set_xlabel(f"monthly saving from self-hosting vs {sens['compared_to']} (right of red: self-hosting cheaper)")
+    ax.set_title("Sensitivity: one assumption at a time (orange: can flip the answer)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def _signed(value: float) -> str:
+    return ("-" if value < 0 else "+") + _money(abs(value))
+
+
+PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], bytes | None]]] = {
+    "throughput": ("Output tokens/s vs concurrency, per engine", throughput_plot),
+    "latency": ("TTFT and ITL percentiles vs concurrency, with the SLO", latency_plot),
+    "cost_per_token": ("Cost per million tokens vs concurrency, against provider prices", cost_per_token_plot),
+    "monthly_cost": ("Monthly cost vs monthly volume, with the crossover", monthly_cost_plot),
+    "sensitivity": ("Sensitivity of the monthly saving to each assumption", sensitivity_plot),
+}
+
+
+def draw_all(data: dict[str, Any]) -> dict[str, bytes]:
+    """Every plot that has data to show, by name, as PNG bytes."""
+    drawn = {name: draw(data) for name, (_, draw) in PLOTS.items()}
+    return {name: png for name, png in drawn.items() if png is not None}

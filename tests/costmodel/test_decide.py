@@ -1,0 +1,162 @@
+"""The whole decision, with the sanity examples worked out independently by hand, to the cent.
+
+Example 1: Llama 3.1 8B on one H100 SXM at $2.99/h (lambda/h100-sxm/on-demand), 2,400 output tokens/s at
+the SLO with 256 input + 128 output tokens per request, 3.0 B tokens/month, peak 2x the average, always on,
+80 % headroom, one spare, $2,000/month of operations; against Together at $0.18 / $0.18 per 1M tokens.
+Example 2: Llama 3.3 70B on 2 x H100 at $2.99/h, 1,500 output tokens/s per replica, 50 B tokens/month,
+peak 1.5x, $4,000/month of operations; against Together at $0.88 / $0.88.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from costmodel.decide import EngineLevels, decide
+from costmodel.inputs import Pricing, Requirements, Traffic
+from costmodel.model import MeasuredLevel
+from costmodel.prices import PriceError, load_catalog
+from loadgen.metrics import SLO
+
+CATALOG = load_catalog()
+TODAY = date(2025, 6, 1)
+
+
+def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) -> EngineLevels:
+    r = output_tokens_per_s / osl
+    return EngineLevels("ref", (MeasuredLevel("c64", 64, r, output_tokens_per_s, r * isl, 1.0,
+                                              mean_input_tokens=isl, mean_output_tokens=osl, num_ok=100),))
+
+
+def example_1(**pricing: object) -> object:
+    return decide([one_level(2400)], SLO(), Traffic(monthly_tokens=3e9, peak_to_average=2.0),
+                  Pricing(**{"gpu": "lambda/h100-sxm/on-demand", "ops_usd_per_month": 2000,  # type: ignore[arg-type]
+                             "providers": ["together/llama-3.1-8b"], "references": ["openai/gpt-4o-mini"],
+                             **pricing}),
+                  Requirements(), CATALOG, TODAY)
+
+
+def test_sanity_example_1_small_model_pays_per_token() -> None:
+    d = example_1()
+    best = d.best
+    # R* = 2,400 / 128 = 18.75 req/s; C_req = 2.99 / (3600 * 18.75) = 2.99 / 67,500 = $0.0000442963
+    assert best.usd_per_request == pytest.approx(0.0000442963, rel=1e-6)
+    level = best.levels[0]
+    # per 1M output = 2.99e6 / (3600 * 2,400) = $0.346065 -> $0.35; per 1M total = 2.99e6 / (67,500 * 384) = $0.12
+    assert round(level.usd_per_m_output_tokens, 2) == 0.35 and round(level.usd_per_m_total_tokens, 2) == 0.12
+    # N = 3e9 / 384 = 7,812,500 requests; peak = 2 * 7,812,500 / 2,628,000 = 5.9456 req/s; u R* = 15 req/s
+    # -> 1 serving + 1 spare = 2 GPUs: 2 * 2.99 * 730 + 2,000 = 4,365.40 + 2,000 = $6,365.40
+    assert (best.fleet.serving_replicas, best.fleet.gpus) == (1, 2)
+    assert round(best.fleet.monthly_usd, 2) == 6365.40
+    together = best.provider("together/llama-3.1-8b")
+    # a = 384 * 0.18 / 1e6 = $0.00006912; N * a = 7,812,500 * 0.00006912 = $540.00
+    assert round(together.monthly_usd, 2) == 540.00
+    # rho = 0.0000442963 / 0.00006912 = 0.641 > U_max = 0.8 / 2 = 0.40: no crossover
+    assert together.break_even_utilization == pytest.approx(0.640861, rel=1e-5)
+    assert together.crossover.monthly_tokens is None
+    assert d.verdict.answer == "pay-per-token"
+    assert d.verdict.headline.startswith("Pay per token: $540.00/month at together/llama-3.1-8b")
+    assert "$6,365/month" in d.verdict.headline
+
+
+def test_sanity_example_1_closed_reference_crosses_over_at_363_billion_tokens() -> None:
+    mini = example_1().best.provider("openai/gpt-4o-mini")
+    # a = (256 * 0.15 + 128 * 0.60) / 1e6 = (38.40 + 76.80) / 1e6 = $0.0001152; N * a = $900.00; b = $0.30
+    assert round(mini.monthly_usd, 2) == 900.00 and round(mini.usd_per_m_tokens, 2) == 0.30
+    assert mini.is_secondary and not mini.open_weights
+    # rho = 0.0000442963 / 0.0001152 = 0.3845 < 0.40. Vcap(m) = m * 0.8 * 18.75 / 2 * 3600 * 730 * 384
+    # = m * 7,568,640,000; V(m) = ((m + 1) * 2.99 * 730 + 2,000) * 1e6 / 0.30 = m * 7,275,666,666.67
+    # + 13,942,333,333.33; first m with V(m) <= Vcap(m): m >= 13,942,333,333.33 / 292,973,333.33 = 47.6 -> 48;
+    # V(48) = 363,174,333,333.33 tokens (provider $108,952.30 = 49 * 2,182.70 + 2,000)
+    assert mini.crossover.serving_replicas == 48
+    assert mini.crossover.monthly_tokens == pytest.approx(363_174_333_333.33, abs=0.01)
+    assert round(mini.crossover.monthly_tokens * 0.30 / 1e6, 2) == 108952.30
+
+
+def test_sanity_example_2_large_model_self_hosts() -> None:
+    d = decide([one_level(1500)], SLO(), Traffic(monthly_tokens=50e9, peak_to_average=1.5),
+               Pricing(gpu="lambda/h100-sxm/on-demand", gpus_per_replica=2, ops_usd_per_month=4000,
+                       providers=["together/llama-3.3-70b"]), Requirements(), CATALOG, TODAY)
+    best = d.best
+    # R* = 1,500 / 128 = 11.71875; N = 50e9 / 384 = 130,208,333.33; peak = 1.5 * N / 2,628,000 = 74.32 req/s;
+    # u R* = 9.375 -> ceil(7.93) = 8 serving + 1 spare = 9 replicas x 2 GPUs = 18 GPUs
+    assert (best.fleet.serving_replicas, best.fleet.total_replicas, best.fleet.gpus) == (8, 9, 18)
+    # C_self = 9 * 2 * 2.99 * 730 + 4,000 = 39,288.60 + 4,000 = $43,288.60; C_api = 50e9 * 0.88 / 1e6 = $44,000.00
+    assert round(best.fleet.monthly_usd, 2) == 43288.60
+    together = best.provider("together/llama-3.3-70b")
+    assert round(together.monthly_usd, 2) == 44000.00
+    # Vcap(m) = m * 6,307,200,000; V(m) = m * 4,960,681,818.18 + 9,506,136,363.64 -> m = 8,
+    # V(8) = 49,191,590,909.09 tokens/month (both sides $43,288.60 there)
+    assert together.crossover.monthly_tokens == pytest.approx(49_191_590_909.09, abs=0.01)
+    assert d.verdict.answer == "self-host"
+    assert d.verdict.headline.startswith("Self-host: $43,289/month against $44,000/month")
+    assert "$711.40/month less" in d.verdict.headline
+    flips = [row.name for row in d.sensitivity.rows if d.sensitivity.flips(row)]
+    assert "Throughput at the SLO" in flips and "GPU price" in flips  # a close call, and the report says so
+
+
+def test_a_requirement_decides_and_the_cost_section_still_sizes_it() -> None:
+    d = decide([one_level(2400)], SLO(), Traffic(monthly_tokens=3e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
+               Requirements(data_must_stay_on_premises=True, reason="patient records"), CATALOG, TODAY)
+    assert d.verdict.answer == "self-host-required"
+    assert "data must stay on our own infrastructure (patient records)" in d.verdict.headline
+    assert d.best.fleet is not None and d.verdict.self_host_usd_per_month == d.best.fleet.monthly_usd
+
+
+def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
+    pricing = Pricing(gpu="lambda/h100-sxm/on-demand", providers=["openai/gpt-4o-mini"])
+    d = decide([one_level(2400)], SLO(), None, pricing, Requirements(), CATALOG, TODAY)
+    assert d.best.fleet is None and d.verdict.answer == "depends-on-volume"
+    assert "above" in d.verdict.headline and any("No traffic volume given" in line for line in d.verdict.lines)
+    assert any("peak-to-average 2 (assumed" in text for text in d.pricing.assumed)
+    no_cross = decide([one_level(2400)], SLO(), None, Pricing(gpu="lambda/h100-sxm/on-demand",
+                                                              model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+    assert no_cross.verdict.answer == "pay-per-token" and "at any volume" in no_cross.verdict.headline
+
+
+def test_no_level_meeting_the_slo_leaves_the_decision_open_and_says_why() -> None:
+    slow = EngineLevels("ref", (MeasuredLevel("c8", 8, 5.0, 640, 1280, 0.5, ttft_p95_ms=4000, num_ok=10,
+                                              mean_input_tokens=256, mean_output_tokens=128),))
+    d = decide([slow], SLO(ttft_ms=2000), Traffic(monthly_tokens=3e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
+               Requirements(), CATALOG, TODAY)
+    assert d.best is None and d.verdict.answer == "undecided"
+    assert any("c8: SLO attainment 50.0% < 95%, p95 TTFT 4,000 ms > 2,000 ms" in line for line in d.verdict.lines)
+    assert d.results[0].levels[0].usd_per_request is not None  # the per-level costs are still there
+
+
+def test_the_cheaper_engine_is_the_one_the_verdict_uses() -> None:
+    slow, fast = one_level(1200), one_level(2400)
+    d = decide([EngineLevels("slow", slow.levels), EngineLevels("fast", fast.levels)], SLO(),
+               Traffic(monthly_tokens=30e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(),
+               CATALOG, TODAY)
+    assert d.best.engine == "fast"
+
+
+def test_compared_to_the_cheapest_host_of_the_same_open_model() -> None:
+    d = example_1(providers=["llama-3.1-8b"])
+    cheapest = min((p for p in d.best.providers if not p.is_secondary), key=lambda p: p.usd_per_request)
+    assert d.compared_to.id == cheapest.id and d.compared_to.open_weights
+
+
+def test_unknown_names_and_a_missing_gpu_price_are_errors_that_say_what_to_give() -> None:
+    with pytest.raises(PriceError, match="no GPU price: give --gpu NAME"):
+        decide([one_level(2400)], SLO(), None, Pricing(model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+    with pytest.raises(PriceError, match="unknown GPU 'b9000'"):
+        decide([one_level(2400)], SLO(), None, Pricing(gpu="b9000"), Requirements(), CATALOG, TODAY)
+    with pytest.raises(PriceError, match="unknown provider 'acme/llama'"):
+        decide([one_level(2400)], SLO(), None, Pricing(gpu="h100-sxm", providers=["acme/llama"]), Requirements(),
+               CATALOG, TODAY)
+
+
+def test_your_own_gpu_price_wins_and_zero_is_allowed() -> None:
+    d = example_1(gpu="my-rack", gpu_usd_per_hour=0.0, ops_usd_per_month=0.0)
+    assert d.best.fleet.monthly_usd == 0.0 and d.verdict.answer == "self-host"
+    assert d.compared_to.crossover.monthly_tokens == 0.0
+    assert "my-rack at your price" in d.pricing.gpu_label
+
+
+def test_stale_prices_are_listed_and_reserved_gpus_bill_every_hour() -> None:
+    d = example_1(gpu="lambda/h100-sxm/reserved")
+    assert {s.id for s in d.stale_prices} >= {"lambda/h100-sxm/reserved", "together/llama-3.1-8b"}
+    assert d.pricing.assumptions.billed_hours_per_month == 730 and not d.pricing.assumptions.autoscale
