@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bench.scenario import Scenario, ScenarioError, describe_validation_error, load_scenario
+from bench.scenario import Scenario, ScenarioError, load_scenario
+from loadgen.validation import describe_validation_error
 from loadgen.workload import parse_length_spec
 
 

@@ -121,9 +121,9 @@ def _message(exc: Exception) -> str:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        from reports.runs import describe
+        from loadgen.validation import describe_validation_error
 
-        return f"bad flag: {describe(exc)}"
+        return f"bad flag: {describe_validation_error(exc)}"
     return str(exc)
 
 

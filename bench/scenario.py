@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.metrics import SLO
+from loadgen.validation import describe_validation_error
 from loadgen.workload import Workload
 
 
@@ -95,15 +96,3 @@ def parse_scenario(text: str, origin: str) -> Scenario:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(f"{origin}: {describe_validation_error(exc)}") from None
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """The first problem, as `field.path: what is wrong` (pydantic's own text for the rest)."""
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
-        message = error["msg"]
-        if error["type"] == "extra_forbidden":
-            message = "unknown field"
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)

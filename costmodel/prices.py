@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from costmodel.inputs import PricingKind
+from loadgen.validation import describe_validation_error
 
 MAX_PRICE_AGE_DAYS = 90
 SHIPPED_FILES = ("gpus.yaml", "providers.yaml")
@@ -185,21 +186,12 @@ def _rows(raw: Any, model: type[BaseModel], origin: str, section: str) -> list[A
         try:
             row = model.model_validate(item)
         except ValidationError as exc:
-            raise PriceError(f"{where}: {_describe(exc)}") from None
+            raise PriceError(f"{where}: {describe_validation_error(exc)}") from None
         if row.id in seen:  # type: ignore[attr-defined]
             raise PriceError(f"{where}: id appears twice in this file")
         seen.add(row.id)  # type: ignore[attr-defined]
         rows.append(row)
     return rows
-
-
-def _describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"])
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
 
 
 @dataclass(frozen=True)

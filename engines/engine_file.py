@@ -19,6 +19,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loadgen.validation import describe_validation_error
+
 
 class EngineFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -63,8 +65,4 @@ def load_engine_file(path: Path) -> EngineFile:
     try:
         return EngineFile.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"])
-            problems.append(f"{where}: {'unknown field' if error['type'] == 'extra_forbidden' else error['msg']}")
-        raise ValueError(f"{path}: {'; '.join(problems)}") from None
+        raise ValueError(f"{path}: {describe_validation_error(exc)}") from None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from costmodel.inputs import DecisionSettings
 from loadgen.metrics import SLO, LevelSummary
+from loadgen.validation import describe_validation_error
 from reports.results import RunDirError, read_level_runs, read_run_json, summarize_run
 
 
@@ -109,16 +110,7 @@ def parse_settings(raw: dict[str, Any], origin: str) -> DecisionSettings:
     try:
         return DecisionSettings.model_validate(raw)
     except ValidationError as exc:
-        raise ReportError(f"{origin}: {describe(exc)}") from None
-
-
-def describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"])
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
+        raise ReportError(f"{origin}: {describe_validation_error(exc)}") from None
 
 
 def model_json(model: BaseModel | None) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ def test_bench_cost_matches_the_hand_computed_sanity_example_to_the_cent() -> No
     (["--prices", "PRICES"], "providers[0] (id 'acme/llama-3.1-8b'): usd_per_m_output: Field required"),
     (["--prices", "nope.yaml"], "--prices nope.yaml: no such file"),
     (["--scenario", "NO_GPU"], "no GPU price: give --gpu NAME"),
-    (["--scenario", "BAD_TRAFFIC"], "traffic.hourly_profile: Value error, expected 24 weights"),
+    (["--scenario", "BAD_TRAFFIC"], "traffic.hourly_profile: expected 24 weights"),
 ])
 def test_bad_input_gets_one_line_naming_what_is_wrong(complete_run: Path, tmp_path: Path, args: list[str],
                                                       message: str) -> None:
