@@ -1,0 +1,216 @@
+"""The engine's step loop on one dedicated thread, and per-request async streams for the event loop.
+
+Contract: only the step thread touches the `LLMEngine`. The event loop hands it adds and aborts through
+a thread-safe queue (applied between steps) and receives each step's outputs in one
+`loop.call_soon_threadsafe` call, so a model forward never blocks HTTP handling. A stream whose
+consumer stops early (the client disconnected, the handler was cancelled) aborts its request, which
+frees its KV blocks before the next step. If a step raises, every open stream gets an `EngineDeadError`
+and the loop stops (the server's /health then answers 503). This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from engines.reference.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.metrics import EngineMetrics
+from engines.reference.sampling import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # an idle step thread re-checks its stop flag this often
+
+
+class EngineDeadError(RuntimeError):
+    """The step loop stopped (an error in a step, or shutdown) while the request was in flight."""
+
+
+@dataclass(frozen=True)
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time_s: float
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+class RequestStream:
+    """One request's outputs, in order, ending with the finished one; `aclose()` before that aborts it."""
+
+    def __init__(self, owner: AsyncEngine, request_id: str) -> None:
+        self.request_id = request_id
+        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._owner = owner
+        self._is_closed = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self._is_closed:
+            raise StopAsyncIteration
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            self._close(is_finished=True)  # the engine no longer knows the request
+            raise item
+        if item.finished:
+            self._close(is_finished=True)
+        return item
+
+    async def aclose(self) -> None:
+        self._close(is_finished=False)
+
+    def _close(self, is_finished: bool) -> None:
+        if not self._is_closed:
+            self._is_closed = True
+            self._owner._close_stream(self.request_id, is_finished)
+
+
+class AsyncEngine:
+    """Runs `engine.step()` in a background thread and streams each request's outputs to a coroutine."""
+
+    def __init__(self, engine: LLMEngine, metrics: EngineMetrics | None = None) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}  # event loop only
+        self._pending_lock = threading.Lock()
+        self._num_pending_adds = 0
+        self.error: BaseException | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the step thread; outputs are delivered on `loop`."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="reference-engine-step", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the step thread after its current step and wait for it."""
+        self._stopping.set()
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
+    # ---- the event loop's side -------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests waiting for admission, those not yet handed to the engine included."""
+        return self.engine.scheduler.num_waiting + self._num_pending_adds
+
+    def is_queue_full(self) -> bool:
+        return self.num_waiting >= self.engine.config.max_num_waiting
+
+    def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> RequestStream:
+        """Submit a request now and return its output stream; close the stream to abort it.
+
+        Raises EngineDeadError if the step loop is not running, QueueFullError if the waiting queue is
+        at its bound (checked and counted in the same event-loop turn, so the bound is exact).
+        """
+        if not self.is_alive:
+            raise EngineDeadError("the engine's step loop is not running")
+        if self.is_queue_full():
+            raise QueueFullError(f"{self.engine.config.max_num_waiting} requests are already waiting")
+        stream = RequestStream(self, request_id)
+        self._streams[request_id] = stream.queue
+        with self._pending_lock:
+            self._num_pending_adds += 1
+        self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic()))
+        return stream
+
+    def _close_stream(self, request_id: str, is_finished: bool) -> None:
+        self._streams.pop(request_id, None)
+        if not is_finished:
+            self._submit(_Abort(request_id))
+
+    def _submit(self, command: _Add | _Abort) -> None:
+        self._commands.put(command)
+        self._wakeup.set()
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for output in outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is not None:
+                stream.put_nowait(output)
+
+    def _fail(self, request_id: str, error: BaseException) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.put_nowait(error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for stream in self._streams.values():
+            stream.put_nowait(error)
+
+    # ---- the step thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._apply_commands()
+                if not self.engine.has_unfinished():
+                    self._record([])
+                    self._wakeup.wait(IDLE_WAIT_S)
+                    self._wakeup.clear()
+                    continue
+                outputs = self.engine.step()
+                self._record(outputs)
+                if outputs:
+                    self._call_in_loop(self._deliver, outputs)
+        except Exception as exc:  # a bug in a step: fail every request loudly, never hang them
+            logger.exception("the engine step loop failed")
+            self.error = exc
+            self._call_in_loop(self._fail_all, EngineDeadError(f"the engine failed: {exc!r}"))
+            return
+        self._call_in_loop(self._fail_all, EngineDeadError("the server is shutting down"))
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, _Abort):
+                if self.engine.abort(command.request_id) and self.metrics is not None:
+                    self.metrics.record_abort()
+                continue
+            try:
+                self.engine.add_request(
+                    command.request_id, command.prompt_token_ids, command.params, command.arrival_time_s
+                )
+            except Exception as exc:  # the server validated already; a rare race (queue bound) lands here
+                self._call_in_loop(self._fail, command.request_id, exc)
+            finally:
+                with self._pending_lock:
+                    self._num_pending_adds -= 1
+
+    def _record(self, outputs: list[RequestOutput]) -> None:
+        if self.metrics is not None:
+            self.metrics.record_step(self.engine.stats(), outputs)
+
+    def _call_in_loop(self, callback, *args) -> None:  # noqa: ANN001
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+            except RuntimeError:  # the loop closed meanwhile
+                pass

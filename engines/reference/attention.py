@@ -1,0 +1,252 @@
+"""Paged attention over a flat batch: several sequences, each at its own position, in one pass.
+
+Contract: the caller (the model runner) says where every new token sits (`AttentionMetadata`); this
+module writes each new token's K/V into its cache slot and lets every new token at position p attend
+to positions <= p of its own sequence, earlier positions being read from the paged cache (prefix-cached
+blocks or earlier prefill chunks). It never allocates blocks and knows nothing of scheduling.
+
+Layout: per layer, K and V caches of shape (num_blocks, block_size, num_kv_heads, head_dim); the token
+at position p of a sequence lives in slot `block_table[p // block_size] * block_size + p % block_size`.
+
+Speed: all sequences with one new token (decodes) share ONE attention call per layer, their K/V
+gathered block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV
+group folded into the query dimension (GQA without copying K/V). Longer chunks (prefills) run one call
+per sequence with a lower-right causal mask. The index tensors are built once per forward
+(`AttentionPlan.build`) and shared by every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """Per-layer paged K and V tensors, each (num_blocks, block_size, num_kv_heads, head_dim)."""
+
+    key_caches: tuple[torch.Tensor, ...]
+    value_caches: tuple[torch.Tensor, ...]
+
+    @classmethod
+    def allocate(
+        cls,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> KVCache:
+        if min(num_layers, num_blocks, block_size, num_kv_heads, head_dim) < 1:
+            raise ValueError("KVCache sizes (layers, blocks, block_size, kv heads, head_dim) must all be >= 1")
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        keys = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers))
+        values = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers))
+        return cls(keys, values)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.key_caches[0].shape[0]
+
+    @property
+    def block_size(self) -> int:
+        return self.key_caches[0].shape[1]
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Where the T new tokens of one forward sit. Sequences are contiguous in the flat batch, in order.
+
+    positions: (T,) int64, the position of each new token in its sequence.
+    slot_mapping: (T,) int64, the cache slot each new token's K/V is written to.
+    query_lens: per sequence, new tokens this step (sum = T).
+    context_lens: per sequence, tokens attended to, the new ones included.
+    block_tables: per sequence, block ids covering at least context_lens tokens.
+    """
+
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    query_lens: list[int]
+    context_lens: list[int]
+    block_tables: list[list[int]]
+
+    def __post_init__(self) -> None:
+        num_seqs = len(self.query_lens)
+        if num_seqs == 0 or len(self.context_lens) != num_seqs or len(self.block_tables) != num_seqs:
+            raise ValueError("query_lens, context_lens and block_tables need one entry per sequence (>= 1)")
+        num_tokens = self.positions.numel()
+        if sum(self.query_lens) != num_tokens or self.slot_mapping.numel() != num_tokens:
+            raise ValueError(f"sum(query_lens) and slot_mapping must match the {num_tokens} positions")
+        if any(q < 1 or c < q for q, c in zip(self.query_lens, self.context_lens, strict=True)):
+            raise ValueError("each sequence needs 1 <= query_len <= context_len")
+
+
+@dataclass(frozen=True)
+class DecodeGroup:
+    """All sequences with a single new token, attended to in one batched call."""
+
+    token_idx: torch.Tensor | None  # (B,) flat index of each decode token; None: the whole batch, in order
+    block_idx: torch.Tensor  # (B * max_blocks,) block ids, padded with each row's first block
+    mask: torch.Tensor | None  # (B, 1, 1, L) additive: 0 inside the context, -inf on padding
+    num_seqs: int
+    num_keys: int  # L = max_blocks * block_size
+
+
+@dataclass(frozen=True)
+class PrefillSegment:
+    """One sequence with several new tokens: flat rows [start, end), attending to num_keys keys."""
+
+    start: int
+    end: int
+    num_keys: int
+    block_idx: torch.Tensor | None  # (ceil(num_keys / block_size),) or None when nothing was cached
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """Index tensors derived once per forward from AttentionMetadata, shared by all layers."""
+
+    slot_mapping: torch.Tensor  # (T,)
+    decode: DecodeGroup | None
+    prefills: tuple[PrefillSegment, ...]
+    last_token_idx: torch.Tensor  # (num_seqs,) flat index of each sequence's last new token
+    num_tokens: int
+
+    @classmethod
+    def build(cls, meta: AttentionMetadata, block_size: int, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
+        """`dtype` is the model's: the decode mask is additive, in the dtype of the scores."""
+        starts = _cumulative_starts(meta.query_lens)
+        decode_ids = [i for i, q in enumerate(meta.query_lens) if q == 1]
+        prefills = tuple(
+            _prefill_segment(starts[i], q, meta.context_lens[i], meta.block_tables[i], block_size, device)
+            for i, q in enumerate(meta.query_lens)
+            if q > 1
+        )
+        last = [start + q - 1 for start, q in zip(starts, meta.query_lens, strict=True)]
+        return cls(
+            slot_mapping=meta.slot_mapping.to(device),
+            decode=_decode_group(meta, decode_ids, starts, block_size, device, dtype) if decode_ids else None,
+            prefills=prefills,
+            last_token_idx=torch.tensor(last, dtype=torch.long, device=device),
+            num_tokens=starts[-1] + meta.query_lens[-1],
+        )
+
+
+def _cumulative_starts(query_lens: list[int]) -> list[int]:
+    starts, total = [], 0
+    for q in query_lens:
+        starts.append(total)
+        total += q
+    return starts
+
+
+def _num_blocks(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+def _decode_group(
+    meta: AttentionMetadata,
+    seq_ids: list[int],
+    starts: list[int],
+    block_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> DecodeGroup:
+    context_lens = [meta.context_lens[i] for i in seq_ids]
+    max_blocks = _num_blocks(max(context_lens), block_size)
+    rows = []
+    for i, ctx in zip(seq_ids, context_lens, strict=True):
+        table = meta.block_tables[i][: _num_blocks(ctx, block_size)]
+        rows.extend(table + [table[0]] * (max_blocks - len(table)))
+    num_keys = max_blocks * block_size
+    mask = None
+    if any(ctx != num_keys for ctx in context_lens):
+        lens = torch.tensor(context_lens, device=device)
+        padding = torch.arange(num_keys, device=device)[None, :] >= lens[:, None]  # (B, L)
+        mask = torch.zeros(padding.shape, dtype=dtype, device=device).masked_fill_(padding, float("-inf"))
+        mask = mask.view(len(seq_ids), 1, 1, num_keys)
+    is_whole_batch = len(seq_ids) == len(meta.query_lens)
+    token_idx = None if is_whole_batch else torch.tensor([starts[i] for i in seq_ids], device=device)
+    block_idx = torch.tensor(rows, dtype=torch.long, device=device)
+    return DecodeGroup(token_idx, block_idx, mask, len(seq_ids), num_keys)
+
+
+def _prefill_segment(
+    start: int, query_len: int, context_len: int, block_table: list[int], block_size: int, device: torch.device
+) -> PrefillSegment:
+    block_idx = None
+    if context_len > query_len:
+        table = block_table[: _num_blocks(context_len, block_size)]
+        block_idx = torch.tensor(table, dtype=torch.long, device=device)
+    return PrefillSegment(start, start + query_len, context_len, block_idx)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    plan: AttentionPlan,
+) -> torch.Tensor:
+    """Write k, v (T, n_kv, hd) into the caches, attend q (T, n_heads, hd); returns (T, n_heads, hd)."""
+    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, k)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, v)
+    group = plan.decode
+    if group is not None and group.token_idx is None:
+        return _decode_attention(q, k_cache, v_cache, group)  # a pure-decode batch: no scatter
+    out = torch.empty_like(q)
+    if group is not None and group.token_idx is not None:
+        decoded = _decode_attention(q.index_select(0, group.token_idx), k_cache, v_cache, group)
+        out.index_copy_(0, group.token_idx, decoded)
+    for seg in plan.prefills:
+        out[seg.start : seg.end] = _prefill_attention(q, k, v, k_cache, v_cache, seg)
+    return out
+
+
+def _decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
+) -> torch.Tensor:
+    """q (B, n_heads, hd) of single-token sequences -> (B, n_heads, hd)."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    shape = (num_seqs, group.num_keys, num_kv_heads, head_dim)
+    keys = k_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
+    values = v_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
+    q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # (B, n_kv, group, hd)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask)  # (B, n_kv, group, hd)
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def _prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seg: PrefillSegment,
+) -> torch.Tensor:
+    """One sequence's chunk of Tq queries over its num_keys keys -> (Tq, n_heads, hd)."""
+    num_heads, num_kv_heads, head_dim = q.shape[1], k.shape[1], k.shape[2]
+    if seg.block_idx is None:
+        keys, values = k[seg.start : seg.end], v[seg.start : seg.end]  # (Tq, n_kv, hd)
+    else:
+        keys = k_cache.index_select(0, seg.block_idx).view(-1, num_kv_heads, head_dim)[: seg.num_keys]
+        values = v_cache.index_select(0, seg.block_idx).view(-1, num_kv_heads, head_dim)[: seg.num_keys]
+    group = num_heads // num_kv_heads
+    keys = keys.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)  # (1, n_heads, L, hd)
+    values = values.transpose(0, 1).repeat_interleave(group, dim=0).unsqueeze(0)  # (1, n_heads, L, hd)
+    query = q[seg.start : seg.end].transpose(0, 1).contiguous().unsqueeze(0)  # (1, n_heads, Tq, hd)
+    query_len = seg.end - seg.start
+    if query_len == seg.num_keys:
+        out = F.scaled_dot_product_attention(query, keys, values, is_causal=True)
+    else:
+        mask = causal_lower_right(query_len, seg.num_keys)
+        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    return out[0].transpose(0, 1)  # (Tq, n_heads, hd)

@@ -1,0 +1,320 @@
+"""The synchronous engine core: requests in, one step of the whole batch at a time, token deltas out.
+
+    engine.add_request("r1", prompt_token_ids, SamplingParams(max_tokens=32))
+    while engine.has_unfinished():
+        for output in engine.step():          # schedule -> run -> sample -> postprocess -> stop rules
+            print(output.new_text, end="")
+
+Contract: `step()` returns one `RequestOutput` per request that got a token in that step (prefill chunks
+that did not finish a prompt produce none); a request's outputs concatenate to its whole completion.
+`add_request` and `abort` are called between steps from the thread that calls `step()`: the engine is
+not thread-safe and never blocks. It knows nothing of HTTP, asyncio or Prometheus; `stats()` exposes
+the counters a server turns into metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engines.reference.config import DEFAULT_KV_CACHE_TOKENS, EngineConfig
+from engines.reference.model_runner import BatchItem, ModelRunner
+from engines.reference.request_state import RequestState
+from engines.reference.sampling import SamplingParams, make_generator, sample
+from engines.reference.scheduler import QueueFullError, Scheduler, SchedulerOutput
+from engines.reference.sequence import Sequence
+from engines.reference.tokenizer import Tokenizer
+from engines.reference.weights import LoadedModel, resolve_model
+
+__all__ = ["EngineStats", "LLMEngine", "QueueFullError", "RequestOutput", "kv_cache_bytes_per_token"]
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one step produced for one request.
+
+    new_token_ids: tokens sampled this step (one, or none when only the final text flush is left).
+    new_text: text that became final this step (held back while it might be part of a stop string or
+        of an incomplete UTF-8 character); all of a request's new_text concatenated is its completion.
+    finish_reason: None while running, then "stop" (EOS, a stop token or a stop string) or "length"
+        (max_tokens or max_model_len).
+    num_output_tokens: tokens generated so far (a stop token included, its text never).
+    ttft_s / itl_s: time from add_request to this (first) token, or since the request's previous token.
+    """
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    new_text: str
+    finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+    ttft_s: float | None = None
+    itl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's gauges and cumulative counters (tokens, not requests, where it says so)."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage_perc: float  # 0..1, blocks referenced by sequences
+    num_free_blocks: int  # free plus evictable cached blocks
+    num_blocks: int
+    num_prefix_cache_query_tokens: int
+    num_prefix_cache_hit_tokens: int
+    num_preemptions: int
+    num_prompt_tokens: int  # prompts whose first token was generated
+    num_generation_tokens: int
+
+
+def kv_cache_bytes_per_token(loaded: LoadedModel) -> int:
+    """K and V bytes of one token over all layers."""
+    cfg = loaded.model.config
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * loaded.model.dtype.itemsize
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Free memory of the device (CUDA) or of the host (anything else)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def default_kv_cache_tokens(loaded: LoadedModel, memory_fraction: float, cap_tokens: int | None = None) -> int:
+    """Token slots that fit in `memory_fraction` of the free memory (after the weights were loaded).
+
+    On CPU the default budget is also capped at DEFAULT_KV_CACHE_TOKENS; on an accelerator at `cap_tokens`
+    (e.g. max_num_seqs * max_model_len) when given.
+    """
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {memory_fraction!r}")
+    tokens = int(free_memory_bytes(loaded.model.device) * memory_fraction) // kv_cache_bytes_per_token(loaded)
+    if loaded.model.device.type != "cuda":
+        tokens = min(tokens, DEFAULT_KV_CACHE_TOKENS)
+    return min(tokens, cap_tokens) if cap_tokens else tokens
+
+
+class LLMEngine:
+    """Scheduler + model runner + per-request sampling, detokenization and stop rules."""
+
+    def __init__(
+        self,
+        model: str | LoadedModel,
+        config: EngineConfig,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """Load `model` (a spec for `resolve_model`, on device/dtype) unless already loaded; allocate the
+        KV cache of config.num_kv_blocks blocks. `from_model` sizes the cache from tokens or free memory."""
+        loaded = model if isinstance(model, LoadedModel) else resolve_model(model, dtype=dtype, device=device)
+        self.loaded = loaded
+        self.model_name = loaded.name
+        self.config = config
+        self.tokenizer: Tokenizer | None = loaded.tokenizer or byte_tokenizer(loaded.model.config.vocab_size)
+        self.vocab_size = loaded.model.config.vocab_size
+        self.device = loaded.model.device
+        self.scheduler = Scheduler(config)
+        kv_cache = loaded.model.allocate_kv_cache(config.num_kv_blocks, config.block_size)
+        self.runner = ModelRunner(loaded.model, kv_cache, config.block_size, self.device)
+        self._requests: dict[str, RequestState] = {}
+        self._num_prompt_tokens = 0
+        self._num_generation_tokens = 0
+
+    @classmethod
+    def from_model(
+        cls,
+        model: str | LoadedModel = "default",
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        kv_cache_tokens: int | None = None,
+        kv_cache_memory_fraction: float | None = None,
+        max_model_len: int | None = None,
+        **config_fields: object,
+    ) -> LLMEngine:
+        """Load a model spec (see `resolve_model`) and size the KV cache.
+
+        The cache holds `kv_cache_tokens`, or else a fraction of the free memory (0.85 on CUDA, 0.25
+        elsewhere, capped as `default_kv_cache_tokens` says). max_model_len defaults to the model's
+        context length, lowered to what the cache holds. Other keyword arguments go to EngineConfig.
+        """
+        loaded = model if isinstance(model, LoadedModel) else resolve_model(model, dtype=dtype, device=device)
+        model_len = max_model_len or loaded.model.config.max_position_embeddings
+        if kv_cache_tokens is None:
+            is_cuda = loaded.model.device.type == "cuda"
+            fraction = kv_cache_memory_fraction or (0.85 if is_cuda else 0.25)
+            max_num_seqs = int(config_fields.get("max_num_seqs", EngineConfig.max_num_seqs))  # type: ignore[call-overload]
+            kv_cache_tokens = default_kv_cache_tokens(loaded, fraction, max_num_seqs * model_len)
+        if max_model_len is None:
+            block_size = int(config_fields.get("block_size", EngineConfig.block_size))  # type: ignore[call-overload]
+            model_len = min(model_len, kv_cache_tokens // block_size * block_size)
+        config = EngineConfig.for_kv_cache_tokens(kv_cache_tokens, max_model_len=model_len, **config_fields)
+        return cls(loaded, config)
+
+    # ---- requests in and out (between steps) -----------------------------------------------------
+
+    def can_add(self) -> bool:
+        """Whether the waiting queue has room (else `add_request` raises QueueFullError). Changes nothing."""
+        return self.scheduler.can_add()
+
+    def check_prompt(self, prompt_token_ids: list[int]) -> None:
+        """Raise ValueError unless the prompt is non-empty, in the vocabulary and leaves room for a token."""
+        if not prompt_token_ids:
+            raise ValueError("the prompt must hold at least one token")
+        bad = next((t for t in prompt_token_ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+        if len(prompt_token_ids) >= self.config.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(prompt_token_ids)} tokens; this model's maximum context length is "
+                f"{self.config.max_model_len} tokens (prompt and output together)"
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time_s: float | None = None,
+    ) -> None:
+        """Queue a request. Raises ValueError (bad prompt, id in use) or QueueFullError (queue bound)."""
+        self.check_prompt(prompt_token_ids)
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        seq = Sequence(request_id, prompt_token_ids, sampling_params=params)
+        self.scheduler.add(seq)
+        stop_ids = set(params.stop_token_ids)
+        if not params.ignore_eos and self.tokenizer is not None:
+            stop_ids.update(self.tokenizer.stop_token_ids or ())
+            if self.tokenizer.eos_token_id is not None:
+                stop_ids.add(self.tokenizer.eos_token_id)
+        self._requests[request_id] = RequestState(
+            seq=seq,
+            params=params,
+            generator=make_generator(params, self.device),
+            tokenizer=self.tokenizer,
+            stop_token_ids=frozenset(stop_ids),
+            arrival_time_s=time.monotonic() if arrival_time_s is None else arrival_time_s,
+        )
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its blocks; False if it is not known (finished or never added)."""
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return False
+        self.scheduler.abort(request_id)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._requests)
+
+    # ---- one step ----------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; returns an output for each request that got a token."""
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        items = [
+            BatchItem(entry.seq.token_ids, entry.seq.num_computed_tokens, entry.num_new_tokens, entry.seq.block_table)
+            for entry in out.scheduled
+        ]
+        logits = self.runner.run(items)  # (len(items), vocab)
+        sampled = self._sample(out, logits)
+        now = time.monotonic()
+        outputs = []
+        for seq in self.scheduler.postprocess(out, sampled):
+            outputs.append(self._process_token(self._requests[seq.request_id], now))
+        return outputs
+
+    def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> list[int | None]:
+        rows = [i for i, entry in enumerate(out.scheduled) if entry.is_sampling]
+        if not rows:
+            return [None] * len(out.scheduled)
+        states = [self._requests[out.scheduled[i].seq.request_id] for i in rows]
+        tokens = sample(
+            logits.index_select(0, torch.tensor(rows, device=logits.device)),
+            [state.params for state in states],
+            [state.generator for state in states],
+            [state.banned_token_ids() for state in states],
+        ).tolist()
+        sampled: list[int | None] = [None] * len(out.scheduled)
+        for row, token_id in zip(rows, tokens, strict=True):
+            sampled[row] = token_id
+        return sampled
+
+    def _process_token(self, state: RequestState, now: float) -> RequestOutput:
+        seq = state.seq
+        ttft_s, itl_s = state.record_token_time(now)
+        if ttft_s is not None:
+            self._num_prompt_tokens += seq.num_prompt_tokens
+        self._num_generation_tokens += 1
+        new_text, finish_reason = state.append_token(seq.token_ids[-1], self.config.max_model_len)
+        if finish_reason is not None:
+            self.scheduler.finish(seq)
+            del self._requests[seq.request_id]
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=(seq.token_ids[-1],),
+            new_text=new_text,
+            finished=finish_reason is not None,
+            finish_reason=finish_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            ttft_s=ttft_s,
+            itl_s=itl_s,
+        )
+
+    def stats(self) -> EngineStats:
+        manager = self.scheduler.block_manager
+        return EngineStats(
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            kv_cache_usage_perc=manager.kv_cache_usage_perc,
+            num_free_blocks=manager.num_free_blocks,
+            num_blocks=manager.num_blocks,
+            num_prefix_cache_query_tokens=manager.prefix_cache.num_query_tokens,
+            num_prefix_cache_hit_tokens=manager.prefix_cache.num_hit_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_prompt_tokens=self._num_prompt_tokens,
+            num_generation_tokens=self._num_generation_tokens,
+        )
+
+
+def byte_tokenizer(vocab_size: int) -> Tokenizer | None:
+    """A stand-in tokenizer for models without one (dummy weights): ids 0-255 are bytes, then
+    <|endoftext|> (EOS), <|im_start|>, <|im_end|> (end of turn) and a ChatML template; every later id
+    decodes to a visible word (" t<id>"), so random weights still stream text a client can time. None if
+    the vocabulary is smaller than 259."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    if vocab_size < 256 + len(specials):
+        return None
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    others = [b for b in range(256) if b not in printable]
+    byte_to_char = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    words = {f"\u0120t{i}": i for i in range(256 + len(specials), vocab_size)}  # \u0120 is a space, byte-level
+    vocab = {byte_to_char[b]: b for b in range(256)} | {t: 256 + i for i, t in enumerate(specials)} | words
+    backend = Backend(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    return Tokenizer(backend, None, 256, template, add_bos_token=False, stop_token_ids=(256, 258))

@@ -1,0 +1,99 @@
+"""Prometheus metrics of the reference engine, under vLLM's names where the meaning is the same.
+
+Contract: one `EngineMetrics` per server, on a registry of its own (never the global one), labelled
+`model_name` like vLLM's. `record_step` is called by the engine's step thread after each step with the
+engine's stats snapshot and that step's outputs; counters advance by the difference from the previous
+snapshot, so they are exact however often it is called. `render()` is the /metrics body.
+prometheus_client is thread-safe, so scraping from the event loop while the step thread records is fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from engines.reference.engine import EngineStats, RequestOutput
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# vLLM's buckets (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+
+# EngineStats counter field -> (metric name without _total, help)
+_COUNTERS = {
+    "num_prefix_cache_query_tokens": ("vllm:prefix_cache_queries", "Prefix cache queries, in queried tokens."),
+    "num_prefix_cache_hit_tokens": ("vllm:prefix_cache_hits", "Prefix cache hits, in cached tokens."),
+    "num_prompt_tokens": ("vllm:prompt_tokens", "Prefill tokens processed (prompts of requests that started)."),
+    "num_generation_tokens": ("vllm:generation_tokens", "Generation tokens processed."),
+    "num_preemptions": ("vllm:num_preemptions", "Cumulative number of preemptions (recompute)."),
+}
+
+
+class EngineMetrics:
+    """Gauges, counters and latency histograms of one engine, on a private registry."""
+
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["model_name"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry, multiprocess_mode="mostrecent")
+
+        self._running = gauge("vllm:num_requests_running", "Requests in the running batch.").labels(model_name)
+        self._waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.").labels(model_name)
+        self._kv_usage = gauge("vllm:kv_cache_usage_perc", "KV cache usage, 1 = all blocks in use.").labels(model_name)
+        self._counters = {
+            field: Counter(name, doc, labels, registry=self.registry).labels(model_name)
+            for field, (name, doc) in _COUNTERS.items()
+        }
+        self._ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (from arrival at the engine).",
+            labels,
+            buckets=TTFT_BUCKETS_S,
+            registry=self.registry,
+        ).labels(model_name)
+        self._itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Time between consecutive output tokens of a request.",
+            labels,
+            buckets=ITL_BUCKETS_S,
+            registry=self.registry,
+        ).labels(model_name)
+        self._success = Counter(
+            "vllm:request_success", "Finished requests, by finish reason.", [*labels, "finished_reason"],
+            registry=self.registry,
+        )  # fmt: skip
+        self._model_name = model_name
+        self._previous: EngineStats | None = None
+
+    def record_step(self, stats: EngineStats, outputs: Iterable[RequestOutput] = ()) -> None:
+        """Set the gauges from `stats`, advance the counters by its change, observe each output's latencies."""
+        self._running.set(stats.num_running)
+        self._waiting.set(stats.num_waiting)
+        self._kv_usage.set(stats.kv_cache_usage_perc)
+        for field, counter in self._counters.items():
+            delta = getattr(stats, field) - (getattr(self._previous, field) if self._previous else 0)
+            if delta > 0:
+                counter.inc(delta)
+        self._previous = stats
+        for output in outputs:
+            if output.ttft_s is not None:
+                self._ttft.observe(output.ttft_s)
+            if output.itl_s is not None:
+                self._itl.observe(output.itl_s)
+            if output.finish_reason is not None:
+                self._success.labels(self._model_name, output.finish_reason).inc()
+
+    def record_abort(self) -> None:
+        self._success.labels(self._model_name, "abort").inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,226 @@
+"""Llama-family decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU) for the engine.
+
+Contract: `LlamaModel.forward(input_ids (T,), meta, kv_cache) -> logits (num_seqs, vocab)`, float32, of
+each sequence's LAST new token only (the LM head is a large share of a small model's work). The flat
+batch mixes prefill chunks and single decode tokens of several sequences; `attention.py` does the
+paged-cache reads and writes. The model knows nothing of scheduling, block allocation, sampling or
+tokenization, and holds no state between calls besides its weights.
+
+Weights are created uninitialised; `weights.py` fills them. Q/K/V and gate/up projections are fused
+(one matmul each); `qkv_proj` rows are [q | k | v], `gate_up_proj` rows are [gate | up], in Hugging Face
+Llama's head order (rotate_half rotary convention).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.reference.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
+
+__all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3 style rotary frequency scaling (Hugging Face `rope_type: llama3`)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        if self.factor <= 0 or self.original_max_position_embeddings < 1:
+            raise ValueError("rope_scaling.factor must be > 0 and original_max_position_embeddings >= 1")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError("rope_scaling needs 0 < low_freq_factor < high_freq_factor")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and constants of a Llama-family decoder."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
+            raise ValueError("ModelConfig.rope_theta and rms_norm_eps must be > 0")
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies (head_dim / 2,) float32, as Hugging Face computes them."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    low_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position_embeddings / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x (T, heads, hd) -> x * cos + rotate_half(x) * sin, with sin_signed = [-sin, sin] and
+    rotate_half(x) * sin == roll(x, hd / 2) * sin_signed."""
+    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x (T, in) @ weight (out, in).T -> (T, out), contiguous.
+
+    On CPU in float32 this is computed as weight @ x.T, a GEMM that MKL runs about 1.5-2x faster than
+    F.linear's x @ weight.T at small T (decode), and a single row is sent as two because the two-column
+    GEMM beats the matrix-vector path (the weights are read once either way)."""
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        return F.linear(x, weight)
+    if x.shape[0] == 1:
+        return torch.mm(weight, x.repeat(2, 1).t())[:, 0].unsqueeze(0).contiguous()  # (1, out)
+    return torch.mm(weight, x.t()).t().contiguous()  # (T, out)
+
+
+def _empty(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention block and pre-norm SwiGLU block, each with a residual connection."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.config = config
+        self.input_norm = _empty(hidden, dtype=dtype, device=device)
+        self.qkv_proj = _empty(config.q_size + 2 * config.kv_size, hidden, dtype=dtype, device=device)
+        self.o_proj = _empty(hidden, config.q_size, dtype=dtype, device=device)
+        self.post_norm = _empty(hidden, dtype=dtype, device=device)
+        self.gate_up_proj = _empty(2 * inter, hidden, dtype=dtype, device=device)
+        self.down_proj = _empty(hidden, inter, dtype=dtype, device=device)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        plan: AttentionPlan,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        cfg = self.config
+        num_tokens = h.shape[0]
+        qkv = linear(rms_norm(h, self.input_norm, cfg.rms_norm_eps), self.qkv_proj)  # (T, q + 2 kv)
+        num_qk_heads = cfg.num_heads + cfg.num_kv_heads
+        qk = apply_rope(qkv[:, : cfg.q_size + cfg.kv_size].view(num_tokens, num_qk_heads, cfg.head_dim), *rope)
+        q, k = qk.split([cfg.num_heads, cfg.num_kv_heads], dim=1)  # (T, nh, hd), (T, n_kv, hd)
+        v = qkv[:, cfg.q_size + cfg.kv_size :].view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
+        attn = paged_attention(q, k, v, k_cache, v_cache, plan)  # (T, nh, hd)
+        h = h + linear(attn.reshape(num_tokens, cfg.q_size), self.o_proj)
+        gate, up = linear(rms_norm(h, self.post_norm, cfg.rms_norm_eps), self.gate_up_proj).chunk(2, dim=-1)
+        return h + linear(F.silu(gate) * up, self.down_proj)
+
+
+class LlamaModel(nn.Module):
+    """Embedding, decoder layers, final norm and LM head (tied to the embedding or not)."""
+
+    inv_freq: torch.Tensor  # (head_dim / 2,) float32 rotary inverse frequencies
+
+    def __init__(
+        self, config: ModelConfig, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = _empty(config.vocab_size, config.hidden_size, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device) for _ in range(config.num_layers))
+        self.norm = _empty(config.hidden_size, dtype=dtype, device=device)
+        self.lm_head = None
+        if not config.tie_word_embeddings:
+            self.lm_head = _empty(config.vocab_size, config.hidden_size, dtype=dtype, device=device)
+        self.register_buffer("inv_freq", rope_inv_freq(config).to(device), persistent=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.device
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        cfg = self.config
+        return KVCache.allocate(
+            cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device
+        )
+
+    def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin (T, 1, hd) in the model dtype for the given positions (T,)."""
+        freqs = positions.to(self.inv_freq.device).float()[:, None] * self.inv_freq[None, :]  # (T, hd/2)
+        cos = freqs.cos().repeat(1, 2)
+        sin = freqs.sin()
+        sin_signed = torch.cat([-sin, sin], dim=-1)
+        return cos.to(self.dtype).unsqueeze(1), sin_signed.to(self.dtype).unsqueeze(1)
+
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_cache: KVCache) -> torch.Tensor:
+        device = self.device
+        plan = AttentionPlan.build(meta, kv_cache.block_size, device, self.dtype)
+        rope = self.rope_tables(meta.positions)
+        h = F.embedding(input_ids.to(device), self.embed_tokens)  # (T, hidden)
+        for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
+            h = layer(h, rope, plan, k_cache, v_cache)
+        h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        return linear(h, head).float()  # (S, vocab)

@@ -1,0 +1,108 @@
+"""One request's output side: streaming detokenization, stop rules and token timing.
+
+Stop rules, in vLLM's order, checked after every generated token:
+  1. before `min_tokens` tokens nothing stops the request but max_model_len (and `banned_token_ids`
+     keeps EOS and stop tokens from being sampled);
+  2. EOS / end-of-turn (unless `ignore_eos`) and `stop_token_ids` -> "stop"; the token counts as output,
+     its text is never emitted;
+  3. a stop string anywhere in the text -> "stop"; the text is cut before it;
+  4. `max_tokens` -> "length"; 5. the sequence reached max_model_len -> "length".
+
+Text is released only when final: a tail that could still grow into a stop string, and bytes of an
+incomplete UTF-8 character, are held back until they can't. This module knows nothing of scheduling or
+of the model: the engine hands it each sampled token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engines.reference.sampling import SamplingParams
+from engines.reference.sequence import Sequence
+from engines.reference.tokenizer import IncrementalDetokenizer, Tokenizer
+
+
+def find_stop_string(text: str, stops: tuple[str, ...], start: int = 0) -> int | None:
+    """Index of the earliest occurrence of any stop string in text[start:] (index into text), or None."""
+    hits = [index for stop in stops if (index := text.find(stop, start)) >= 0]
+    return min(hits) if hits else None
+
+
+def num_held_back_chars(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest tail of text that is a proper prefix of some stop string."""
+    longest = 0
+    for stop in stops:
+        for length in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:length]):
+                longest = length
+                break
+    return longest
+
+
+@dataclass(eq=False)
+class RequestState:
+    """Mutable per-request state the engine keeps beside the scheduler's Sequence."""
+
+    seq: Sequence
+    params: SamplingParams
+    generator: torch.Generator | None
+    tokenizer: Tokenizer | None
+    stop_token_ids: frozenset[int]
+    arrival_time_s: float
+    last_token_time_s: float | None = None
+    text: str = ""  # detokenized output so far (stop token text excluded)
+    num_emitted_chars: int = 0
+    detokenizer: IncrementalDetokenizer | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+
+    def banned_token_ids(self) -> tuple[int, ...]:
+        """Token ids the next draw must avoid: the stop tokens while fewer than min_tokens were generated."""
+        if self.seq.num_output_tokens < self.params.min_tokens:
+            return tuple(sorted(self.stop_token_ids))
+        return ()
+
+    def record_token_time(self, now_s: float) -> tuple[float | None, float | None]:
+        """(ttft_s, None) for the first token, (None, itl_s) for later ones."""
+        previous, self.last_token_time_s = self.last_token_time_s, now_s
+        if previous is None:
+            return now_s - self.arrival_time_s, None
+        return None, now_s - previous
+
+    def append_token(self, token_id: int, max_model_len: int) -> tuple[str, str | None]:
+        """Account for the token just appended to seq.token_ids; returns (final new text, finish reason)."""
+        params, num_output = self.params, self.seq.num_output_tokens
+        is_min_reached = num_output >= params.min_tokens
+        if is_min_reached and token_id in self.stop_token_ids:
+            return self._finish(is_min_reached), "stop"
+        previous_len = len(self.text)
+        if self.detokenizer is not None:
+            self.text += self.detokenizer.push(token_id)
+        if is_min_reached and params.stop:
+            start = max(0, previous_len - max(map(len, params.stop)) + 1)
+            cut = find_stop_string(self.text, params.stop, start)
+            if cut is not None:
+                return self._release(cut), "stop"
+        if (params.max_tokens is not None and num_output >= params.max_tokens) or self.seq.num_tokens >= max_model_len:
+            return self._finish(is_min_reached), "length"
+        return self._release(len(self.text) - num_held_back_chars(self.text, params.stop)), None
+
+    def _finish(self, is_min_reached: bool) -> str:
+        """Flush the detokenizer and release all text (still cut at a stop string the flush completed)."""
+        previous_len = len(self.text)
+        if self.detokenizer is not None:
+            self.text += self.detokenizer.flush()
+        cut = None
+        if is_min_reached and self.params.stop and len(self.text) > previous_len:
+            start = max(0, previous_len - max(map(len, self.params.stop)) + 1)
+            cut = find_stop_string(self.text, self.params.stop, start)
+        return self._release(len(self.text) if cut is None else cut)
+
+    def _release(self, end: int) -> str:
+        end = max(end, self.num_emitted_chars)
+        new_text = self.text[self.num_emitted_chars : end]
+        self.num_emitted_chars = end
+        return new_text

@@ -1,0 +1,311 @@
+"""OpenAI-compatible HTTP server around the reference engine (aiohttp), with Prometheus /metrics.
+
+    python -m engines.reference.server --model default --port 8000
+    serve(ServerOptions(model="dummy:tiny", port=0))          # what `bench serve` calls
+
+Routes: POST /v1/completions and /v1/chat/completions (SSE streaming or one JSON body), GET /v1/models,
+/health (503 once the step loop died) and /metrics. The engine steps on its own thread
+(`AsyncEngine`); handlers only parse, tokenize and forward deltas, so HTTP stays responsive during a
+forward. A client that disconnects cancels its handler, which aborts its request and frees its blocks.
+Errors are OpenAI-style JSON. The server binds 127.0.0.1 unless told otherwise; with an API key, every
+/v1 route wants `Authorization: Bearer <key>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from aiohttp import web
+
+from engines.reference.async_engine import AsyncEngine, EngineDeadError, RequestStream
+from engines.reference.config import BATCHING_MODES, EngineConfig
+from engines.reference.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.metrics import CONTENT_TYPE, EngineMetrics
+from engines.reference.openai_api import ApiError, GenerationRequest, Kind, Limits, choice, envelope, usage
+from engines.reference.openai_api import parse_generation_request as parse
+from engines.reference.weights import LoadedModel
+
+logger = logging.getLogger(__name__)
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything `serve` needs; the CLI flags map one to one (device/dtype "auto": CUDA in bfloat16 if
+    available, else CPU in float32; kv_cache_tokens None: a fraction of free memory)."""
+
+    model: str = "default"
+    served_model_name: str | None = None
+    batching: str = "continuous"
+    max_num_seqs: int = EngineConfig.max_num_seqs
+    max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
+    max_num_waiting: int = EngineConfig.max_num_waiting
+    max_model_len: int | None = None
+    kv_cache_tokens: int | None = None
+    prefix_cache: bool = True
+    device: str = "auto"
+    dtype: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+
+
+def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> LLMEngine:
+    """Load the model (or take the one already `loaded`) and size the cache as the options say."""
+    device = options.device if options.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype_name = options.dtype if options.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    if dtype_name not in _DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}, got {options.dtype!r}")
+    return LLMEngine.from_model(
+        loaded if loaded is not None else options.model,
+        device=device,
+        dtype=_DTYPES[dtype_name],
+        kv_cache_tokens=options.kv_cache_tokens,
+        max_model_len=options.max_model_len,
+        batching=options.batching,
+        max_num_seqs=options.max_num_seqs,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        max_num_waiting=options.max_num_waiting,
+        enable_prefix_caching=options.prefix_cache,
+    )
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+class Server:
+    """The engine, its step thread, its metrics and the aiohttp app, started and stopped on one event loop."""
+
+    def __init__(self, options: ServerOptions, engine: LLMEngine | None = None) -> None:
+        self.options = options
+        self.engine = engine if engine is not None else build_engine(options)
+        self.model_name = options.served_model_name or self.engine.model_name
+        self.metrics = EngineMetrics(self.model_name)
+        self.async_engine = AsyncEngine(self.engine, self.metrics)
+        self.limits = Limits(
+            self.model_name, self.engine.config.max_model_len, self.engine.vocab_size, self.engine.tokenizer
+        )
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=64 * 1024**2)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def start(self) -> str:
+        """Start the step thread and listen; returns the base URL (…/v1) with the port actually bound."""
+        self.async_engine.start(asyncio.get_running_loop())
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.options.host, self.options.port).start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        """Stop the step thread first (open streams end with an error event), then the HTTP side."""
+        await asyncio.get_running_loop().run_in_executor(None, self.async_engine.stop)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ---- middlewares -------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Callable[[web.Request], Awaitable]) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return web.json_response(error.body(), status=error.status)
+        except web.HTTPException as exc:  # unknown route, wrong method
+            if exc.status < 400:
+                raise
+            http_error = ApiError(f"{request.method} {request.path}: {exc.reason}", status=exc.status)
+            return web.json_response(http_error.body(), status=exc.status)
+        except ConnectionError:  # the client went away mid-stream; nothing left to answer
+            raise
+        except Exception as exc:  # a bug: answer JSON, keep serving
+            logger.exception("error handling %s %s", request.method, request.path)
+            return web.json_response(ApiError(f"internal error: {exc!r}", status=500).body(), status=500)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Callable[[web.Request], Awaitable]) -> web.StreamResponse:
+        key = self.options.api_key
+        if key and request.path.startswith("/v1") and request.headers.get("Authorization") != f"Bearer {key}":
+            raise ApiError("Incorrect or missing API key: send 'Authorization: Bearer <key>'", status=401,
+                           code="invalid_api_key")  # fmt: skip
+        return await handler(request)
+
+    # ---- routes ------------------------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.async_engine.is_alive else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "reference",
+                "root": self.engine.model_name, "max_model_len": self.engine.config.max_model_len}  # fmt: skip
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError("the request body must be valid JSON") from None
+        generation = parse(body, kind, self.limits)
+        request_id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
+        try:
+            stream = self.async_engine.generate(request_id, generation.prompt_token_ids, generation.params)
+        except EngineDeadError as exc:
+            raise ApiError(str(exc), status=503, code="engine_dead") from None
+        except QueueFullError as exc:
+            raise ApiError(f"the server is overloaded: {exc}", status=503, code="queue_full") from None
+        async with contextlib.aclosing(stream):  # leaving early (disconnect, error) aborts the request
+            if generation.is_stream:
+                return await self._stream(request, generation, request_id, stream)
+            return await self._complete(generation, request_id, stream)
+
+    async def _complete(self, generation: GenerationRequest, request_id: str, outputs: RequestStream) -> web.Response:
+        texts: list[str] = []
+        last: RequestOutput | None = None
+        try:
+            async for last in outputs:
+                texts.append(last.new_text)
+        except EngineDeadError as exc:
+            raise ApiError(str(exc), status=503, code="engine_dead") from None
+        assert last is not None and last.finished
+        kind = generation.kind
+        body = envelope(kind, request_id, int(time.time()), self.model_name, False,
+                        [choice(kind, "".join(texts), last.finish_reason, False, role="assistant")])  # fmt: skip
+        body["usage"] = usage(last)
+        return web.json_response(body)
+
+    async def _stream(
+        self, request: web.Request, generation: GenerationRequest, request_id: str, outputs: RequestStream
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        kind, created = generation.kind, int(time.time())
+
+        def chunk(choices: list, usage_stats: dict | None) -> bytes:
+            payload = envelope(kind, request_id, created, self.model_name, True, choices)
+            if usage_stats is not None:
+                payload["usage"] = usage_stats
+            return _sse(payload)
+
+        is_continuous = generation.continuous_usage_stats
+        if kind == "chat":  # vLLM's first chunk: the role, and with continuous stats the prompt's usage
+            num_prompt = len(generation.prompt_token_ids)
+            prompt_usage = {"prompt_tokens": num_prompt, "completion_tokens": 0, "total_tokens": num_prompt}
+            await response.write(
+                chunk([choice(kind, "", None, True, "assistant")], prompt_usage if is_continuous else None)
+            )
+        last: RequestOutput | None = None
+        try:
+            async for last in outputs:
+                choices = [choice(kind, last.new_text, last.finish_reason, True)]
+                await response.write(chunk(choices, usage(last) if is_continuous else None))
+        except EngineDeadError as exc:
+            await response.write(_sse(ApiError(str(exc), status=503, code="engine_dead").body()))
+        if generation.include_usage and last is not None and last.finished:
+            await response.write(chunk([], usage(last)))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+# ---- running it -------------------------------------------------------------------------------------
+
+
+async def _serve_until_signal(server: Server) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        base_url = await server.start()
+        print(f"reference engine ready on {base_url}", flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def serve(options: ServerOptions) -> None:
+    """Load the model, serve until SIGINT/SIGTERM, then stop the step thread and close every connection."""
+    asyncio.run(_serve_until_signal(Server(options)))
+
+
+@contextlib.contextmanager
+def running_server(options: ServerOptions, engine: LLMEngine | None = None) -> Iterator[Server]:
+    """A server on its own event-loop thread (for tests and embedding); stopped on exit."""
+    server = Server(options, engine)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="reference-server-loop", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=60)
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def parse_args(argv: list[str] | None = None) -> ServerOptions:
+    defaults = ServerOptions()
+    parser = argparse.ArgumentParser(prog="python -m engines.reference.server", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=defaults.model, help="a .gguf file, a safetensors directory, "
+                        "dummy:<preset> or default (SmolLM2-135M-Instruct)")  # fmt: skip
+    parser.add_argument("--served-model-name", default=None, help="the model name clients send (default: the file's)")
+    parser.add_argument("--batching", choices=BATCHING_MODES, default=defaults.batching)
+    for flag in ("max_num_seqs", "max_num_batched_tokens", "max_num_waiting"):
+        parser.add_argument("--" + flag.replace("_", "-"), type=int, default=getattr(defaults, flag))
+    parser.add_argument("--max-model-len", type=int, default=None, help="default: the model's, capped by the cache")
+    parser.add_argument("--kv-cache-tokens", type=int, default=None, help="default: a fraction of free memory")
+    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=defaults.prefix_cache)
+    parser.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument("--dtype", choices=["auto", *_DTYPES], default=defaults.dtype)
+    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")
+    return ServerOptions(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options = parse_args(argv)
+        serve(options)
+    except (ValueError, OSError) as exc:  # a bad flag (config, model path, port in use): one line, no traceback
+        print(f"error: {exc}", flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

