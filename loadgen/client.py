@@ -20,6 +20,7 @@ from loadgen.token_counts import assign_chunk_tokens
 from loadgen.types import RequestRecord, RequestSpec
 
 READ_BUFFER_BYTES = 4 * 1024 * 1024
+MAX_ATTEMPTS = 4  # only a request that met a dead kept-alive connection is ever sent again
 MAX_ERROR_BODY_BYTES = 2048
 
 
@@ -118,7 +119,8 @@ async def send_request(
     stream = _StreamState(record)
     record.dispatch_s = record.send_s = clock()
     url = options.base_url + path
-    for attempt in (1, 2):
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        record.attempts = attempt
         stamp = _SendStamp(record, clock)
         try:
             await _exchange(session, url, body, stamp, stream, clock)
@@ -127,8 +129,7 @@ async def send_request(
         except asyncio.TimeoutError:
             stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if attempt == 1 and _was_stale_connection(stamp, record):
-                record.attempts = 2
+            if attempt < MAX_ATTEMPTS and _was_stale_connection(stamp, record):
                 continue
             kind = "stream_cut" if record.http_status is not None else "connection_error"
             stream.fail(kind, f"{type(exc).__name__}: {exc}")
@@ -153,9 +154,9 @@ async def _exchange(
 
 
 def _was_stale_connection(stamp: _SendStamp, record: RequestRecord) -> bool:
-    """A kept-alive connection the server had already closed (llama.cpp's server closes them after a few
-    requests): nothing was answered, so the request is sent again once on a new connection, as HTTP
-    clients do. A failure on a fresh connection is never retried."""
+    """A kept-alive connection the server had already closed (llama.cpp's server closes idle ones): nothing
+    was answered, so the request is sent again, as HTTP clients do; each try drops one dead pooled
+    connection, and a failure on a fresh connection is never retried."""
     return stamp.reused_connection and record.http_status is None
 
 

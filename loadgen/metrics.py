@@ -95,6 +95,7 @@ class LevelSummary:
     token_count_sources: dict[str, int] = field(default_factory=dict)
     num_usage_mismatch: int = 0
     num_short_outputs: int = 0
+    num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
     client: ClientCheck | None = None
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
@@ -155,6 +156,7 @@ def summarize(
             1 for r in ok if r.server_output_tokens is not None and r.server_output_tokens != len(r.chunk_times_s)
         ),
         num_short_outputs=sum(1 for r in ok if r.max_tokens is not None and r.output_tokens < r.max_tokens),
+        num_resent=sum(1 for r in measured if r.attempts > 1),
         client=client,
     )
     reasons = _invalid_reasons(summary)

@@ -70,7 +70,7 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     http_status: int | None = None
-    attempts: int = 1  # 2 when a kept-alive connection turned out closed and the request was sent again
+    attempts: int = 1  # > 1 when kept-alive connections turned out closed and the request was sent again
 
     @property
     def ttft_s(self) -> float | None:
