@@ -5,6 +5,7 @@ Imports stay light (no torch): `bench --help` must answer at once.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -205,10 +206,12 @@ def _load_tokenizer(path: Path | None):  # type: ignore[no-untyped-def]
 
 
 def _terminate_like_interrupt() -> None:
-    """SIGTERM ends a sweep the way Ctrl-C does: records kept, whatever was started stopped."""
+    """SIGTERM ends a sweep the way Ctrl-C does: records kept, whatever was started stopped. It is turned
+    into SIGINT, so the running event loop cancels its level cleanly (an exception raised straight from a
+    signal handler can land inside a transport callback, where the loop swallows it)."""
 
     def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
 
     signal.signal(signal.SIGTERM, handler)
 

@@ -1,0 +1,29 @@
+"""vLLM for real, as a local process: opt-in (`pytest -m vllm`), since vLLM is installed apart from the
+toolkit (README: Engines). The default model is SmolLM2-135M, converted once from its GGUF to safetensors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.bench.test_cli import bench, only_run_dir
+
+pytestmark = pytest.mark.vllm
+
+
+def test_vllm_is_launched_measured_and_stopped(tmp_path) -> None:
+    assert os.environ.get("BENCH_VLLM_PYTHON"), "set BENCH_VLLM_PYTHON to the python of vLLM's environment"
+    result = bench("sweep", "--engine", "vllm", "--concurrency", "1,4", "--requests", "8", "--input-tokens", "32",
+                   "--output-tokens", "16", "--engine-arg", "max-model-len=2048", "--no-report",
+                   "--out", str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["engine"]["name"] == "vllm" and run["status"] == "complete"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 8, 0), ("c4", 8, 0)]
+    assert all(row["mean_output_tokens"] == 16 for row in summary)
+    pid = run["engine"]["details"]["pid"]
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
