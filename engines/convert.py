@@ -18,6 +18,12 @@ def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
     tmp = out_dir.with_name(out_dir.name + ".partial")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    # The GGUF was dequantized on load; transformers still marks the model as GGUF-quantized and refuses to
+    # save it, so the marks go: what is saved is the plain float checkpoint.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     tmp.rename(out_dir)  # only a complete checkpoint ever appears under its final name

