@@ -229,7 +229,7 @@ class _StreamState:
                 self.saw_finish_reason = True
                 self.record.finish_reason = choice["finish_reason"]
         if usage:
-            self._on_usage(usage, is_final=not choices)
+            self._on_usage(usage)
         elif text:
             self.has_continuous_usage = False
         if text:
@@ -237,7 +237,7 @@ class _StreamState:
             self.chunk_chars.append(len(text))
             self.usage_deltas.append(self._take_usage_delta())
 
-    def _on_usage(self, usage: dict[str, Any], is_final: bool) -> None:
+    def _on_usage(self, usage: dict[str, Any]) -> None:
         record = self.record
         record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
         completion = usage.get("completion_tokens")
