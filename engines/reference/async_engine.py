@@ -84,6 +84,7 @@ class AsyncEngine:
         self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
+        self._is_stopped = threading.Event()  # set when the step loop has returned
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}  # event loop only
@@ -94,21 +95,38 @@ class AsyncEngine:
     # ---- lifecycle -----------------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the step thread; outputs are delivered on `loop`."""
+        """Start the step loop on a new thread; outputs are delivered on `loop`."""
         self._loop = loop
         self._thread = threading.Thread(target=self._run, name="reference-engine-step", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the step thread after its current step and wait for it."""
+    def attach_current_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make the calling thread the step thread, which then calls `run()`; outputs are delivered on `loop`.
+
+        For the thread that loaded the model: stepping there keeps PyTorch on one OpenMP pool (see `serve`).
+        """
+        self._loop = loop
+        self._thread = threading.current_thread()
+
+    def run(self) -> None:
+        """Run the step loop on the attached thread until `request_stop()` (or a failed step)."""
+        self._run()
+
+    def request_stop(self) -> None:
+        """Ask the step loop to stop after its current step; returns at once (safe in a signal handler)."""
         self._stopping.set()
         self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the step loop after its current step and wait for it."""
+        self.request_stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._is_stopped.wait(timeout_s)
 
     @property
     def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self.error is None
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._is_stopped.is_set() and self.error is None
 
     # ---- the event loop's side -------------------------------------------------------------------
 
@@ -164,6 +182,12 @@ class AsyncEngine:
     # ---- the step thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._step_until_stopped()
+        finally:
+            self._is_stopped.set()
+
+    def _step_until_stopped(self) -> None:
         try:
             while not self._stopping.is_set():
                 self._apply_commands()

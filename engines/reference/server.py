@@ -44,7 +44,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 @dataclass(frozen=True)
 class ServerOptions:
     """Everything `serve` needs; the CLI flags map one to one (device/dtype "auto": CUDA in bfloat16 if
-    available, else CPU in float32; kv_cache_tokens None: a fraction of free memory)."""
+    available, else CPU, in bfloat16 where it has native bfloat16 math, else float32; kv_cache_tokens None:
+    a fraction of free memory)."""
 
     model: str = "default"
     served_model_name: str | None = None
@@ -65,7 +66,7 @@ class ServerOptions:
 def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> LLMEngine:
     """Load the model (or take the one already `loaded`) and size the cache as the options say."""
     device = options.device if options.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype_name = options.dtype if options.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    dtype_name = options.dtype if options.dtype != "auto" else _default_dtype(device)
     if dtype_name not in _DTYPES:
         raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}, got {options.dtype!r}")
     return LLMEngine.from_model(
@@ -80,6 +81,23 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_num_waiting=options.max_num_waiting,
         enable_prefix_caching=options.prefix_cache,
     )
+
+
+def _default_dtype(device: str) -> str:
+    """bfloat16 on CUDA and on CPUs with native bfloat16 math (AVX512-BF16 or AMX), else float32.
+
+    Why on such CPUs: through the server on a 2-core EPYC with SmolLM2-135M, 32 concurrent streams gave 218
+    output tokens/s in bfloat16 against 159 in float32 (prefill about 2x faster too), for ~4 ms more per token
+    with a single stream (33.6 vs 29.5 ms).
+    """
+    if device.startswith("cuda"):
+        return "bfloat16"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return "float32"
+    return "bfloat16" if device == "cpu" and ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
@@ -110,9 +128,11 @@ class Server:
         app.router.add_get("/metrics", self._metrics)
         return app
 
-    async def start(self) -> str:
-        """Start the step thread and listen; returns the base URL (…/v1) with the port actually bound."""
-        self.async_engine.start(asyncio.get_running_loop())
+    async def start(self, start_step_thread: bool = True) -> str:
+        """Start the step thread (unless the caller runs the step loop itself) and listen; returns the base
+        URL (…/v1) with the port actually bound."""
+        if start_step_thread:
+            self.async_engine.start(asyncio.get_running_loop())
         self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.options.host, self.options.port).start()
@@ -242,22 +262,30 @@ class Server:
 # ---- running it -------------------------------------------------------------------------------------
 
 
-async def _serve_until_signal(server: Server) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        base_url = await server.start()
-        print(f"reference engine ready on {base_url}", flush=True)
-        await stop.wait()
-    finally:
-        await server.stop()
-
-
 def serve(options: ServerOptions) -> None:
-    """Load the model, serve until SIGINT/SIGTERM, then stop the step thread and close every connection."""
-    asyncio.run(_serve_until_signal(Server(options)))
+    """Load the model, serve until SIGINT/SIGTERM, then stop the step loop and close every connection.
+
+    The step loop runs on this thread, the one that loaded the model, and HTTP on a second one. Why: PyTorch's
+    OpenMP pool belongs to the thread that ran the first parallel op; stepping on another thread adds a second
+    pool, and with more OpenMP threads than cores libgomp stops spin-waiting between parallel regions. On a
+    2-core CPU that made every decode step about 2x slower (SmolLM2-135M, batch 1: 29 -> 55 ms).
+    """
+    server = Server(options)
+    loop = asyncio.new_event_loop()
+    http_thread = threading.Thread(target=loop.run_forever, name="reference-server-loop", daemon=True)
+    http_thread.start()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: server.async_engine.request_stop())
+    try:
+        server.async_engine.attach_current_thread(loop)
+        base_url = asyncio.run_coroutine_threadsafe(server.start(start_step_thread=False), loop).result()
+        print(f"reference engine ready on {base_url}", flush=True)
+        server.async_engine.run()
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        http_thread.join(10)
+        loop.close()
 
 
 @contextlib.contextmanager
