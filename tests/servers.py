@@ -13,6 +13,15 @@ from typing import Any
 import httpx
 
 
+def is_running(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @dataclass
 class ScriptedServer:
     process: subprocess.Popen[str]

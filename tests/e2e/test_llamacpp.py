@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
 from tests.bench.test_cli import bench, only_run_dir
+from tests.servers import is_running
 
 
 def test_llamacpp_is_launched_measured_and_stopped(tmp_path) -> None:
@@ -19,8 +19,7 @@ def test_llamacpp_is_launched_measured_and_stopped(tmp_path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 4, 0), ("c4", 4, 0)]
     assert all(row["mean_output_tokens"] == 8 for row in summary)
-    pid = run["engine"]["details"]["pid"]
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not is_running(run["engine"]["details"]["pid"])
 
 
 def test_unknown_engine_arg_for_the_embedded_server_names_what_it_takes(tmp_path) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
 from tests.bench.test_cli import bench, only_run_dir
+from tests.servers import is_running
 
 
 def test_sweep_launches_measures_and_stops_the_reference_engine(tmp_path) -> None:
@@ -21,8 +21,7 @@ def test_sweep_launches_measures_and_stops_the_reference_engine(tmp_path) -> Non
     assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 8, 0), ("c4", 8, 0)]
     assert all(row["mean_output_tokens"] == 8 for row in summary)
     assert "reference engine ready" in (run_dir / "engine.log").read_text()
-    pid = run["engine"]["details"]["pid"]
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not is_running(run["engine"]["details"]["pid"])
 
 
 def test_an_engine_that_fails_to_start_reports_its_log_and_keeps_it(tmp_path) -> None:

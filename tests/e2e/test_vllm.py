@@ -9,6 +9,7 @@ import os
 import pytest
 
 from tests.bench.test_cli import bench, only_run_dir
+from tests.servers import is_running
 
 pytestmark = pytest.mark.vllm
 
@@ -26,5 +27,4 @@ def test_vllm_is_launched_measured_and_stopped(tmp_path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 8, 0), ("c4", 8, 0)]
     assert all(row["mean_output_tokens"] == 16 for row in summary)
-    pid = run["engine"]["details"]["pid"]
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not is_running(run["engine"]["details"]["pid"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -10,16 +9,7 @@ import time
 import pytest
 
 from engines.launch import EngineStartError, ProcessSpec, check_port_free, free_port, run_process
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it is not running
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
+from tests.servers import is_running
 
 
 def scripted_spec(port: int, **changes) -> ProcessSpec:
@@ -39,10 +29,10 @@ def test_started_engine_is_ready_logged_and_gone_afterwards(tmp_path) -> None:
     with run_process(scripted_spec(port), log) as started:
         assert started.time_to_ready_s > 0
         pid = started.pid
-        assert alive(pid)
+        assert is_running(pid)
         with socket.create_connection(("127.0.0.1", port)):
             pass
-    assert not alive(pid)
+    assert not is_running(pid)
     assert "listening on" in log.read_text()
 
 
@@ -62,7 +52,7 @@ def test_engine_that_never_answers_times_out_and_is_stopped(tmp_path) -> None:
         with run_process(spec, tmp_path / "engine.log"):
             pass
     pid = int((tmp_path / "engine.log").read_text().split()[0])
-    assert not alive(pid)
+    assert not is_running(pid)
 
 
 def test_an_exception_inside_the_block_still_stops_the_engine(tmp_path) -> None:
@@ -71,7 +61,7 @@ def test_an_exception_inside_the_block_still_stops_the_engine(tmp_path) -> None:
         with run_process(scripted_spec(port), tmp_path / "engine.log") as started:
             pid = started.pid
             raise RuntimeError("boom")
-    assert not alive(pid)
+    assert not is_running(pid)
 
 
 def test_children_and_a_leader_that_ignores_sigterm_are_killed(tmp_path, monkeypatch) -> None:
@@ -92,8 +82,8 @@ def test_children_and_a_leader_that_ignores_sigterm_are_killed(tmp_path, monkeyp
     with run_process(spec, tmp_path / "engine.log") as started:
         leader = started.pid
         child = int((tmp_path / "engine.log").read_text().split()[0])
-        assert alive(child)
-    assert not alive(leader) and not alive(child)
+        assert is_running(child)
+    assert not is_running(leader) and not is_running(child)
 
 
 def test_a_port_in_use_is_named_in_the_error() -> None:
