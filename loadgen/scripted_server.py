@@ -8,9 +8,11 @@ closed without an answer), `drop_reused` (the same, only on a kept-alive connect
 request: what a client sees when a server closes idle connections); `fault_every` = n applies the fault to
 every n-th request only. `PUT /_script` changes the script of a running server.
 
-It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on asyncio's transports, with timers instead of
-a task per stream: its own overhead must stay far below the timing it promises, even when 256 streams
-tick in the same millisecond.
+It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on non-blocking sockets driven by asyncio, with
+timers instead of a task per stream: its own overhead must stay far below the timing it promises, even
+when 256 streams tick in the same millisecond. A request's schedule starts when the kernel received it
+(`SO_TIMESTAMPNS`, on Linux), so a burst of arrivals the server is slow to read still gets its promised
+timing.
 
     python -m loadgen.scripted_server --port 8011 --ttft-ms 100 --itl-ms 20
 """
@@ -23,6 +25,9 @@ import functools
 import itertools
 import selectors
 import signal
+import socket
+import struct
+import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
@@ -60,33 +65,123 @@ class ScriptState:
         self.counter = itertools.count(1)
 
 
-class ScriptedProtocol(asyncio.Protocol):
+# Linux's values (Python's socket module does not name them); elsewhere arrivals are stamped on reading.
+SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None
+TIMESTAMP_SPACE = socket.CMSG_SPACE(16) if SO_TIMESTAMPNS else 0
+READ_BYTES = 256 * 1024
+
+
+def _arrival_time(ancdata: list[tuple[int, int, bytes]]) -> float:
+    """The kernel's receive time of the data just read, on perf_counter's clock (now if it gave none)."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return time.perf_counter() - (time.time() - (seconds + nanoseconds * 1e-9))
+    return time.perf_counter()
+
+
+class Connection:
+    """One accepted socket: read with recvmsg, so every read carries the kernel's receive time, and
+    written directly (what the socket cannot take yet waits for it to drain)."""
+
+    def __init__(self, sock: socket.socket, protocol: ScriptedProtocol, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.protocol = protocol
+        self.loop = loop
+        self.pending = b""
+        self.closing = False
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if SO_TIMESTAMPNS:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        loop.add_reader(self.fd, self.on_readable)
+        protocol.connection_made(self)
+
+    def on_readable(self) -> None:
+        try:
+            data, ancdata, _, _ = self.sock.recvmsg(READ_BYTES, TIMESTAMP_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancdata = b"", []
+        if not data:
+            self.abort()
+            return
+        self.protocol.data_received(data, _arrival_time(ancdata))
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self.closing:
+            return
+        if not self.pending:
+            try:
+                data = data[self.sock.send(data):]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self.abort()
+                return
+            if not data:
+                return
+            self.loop.add_writer(self.fd, self.on_writable)
+        self.pending += data
+
+    def on_writable(self) -> None:
+        try:
+            self.pending = self.pending[self.sock.send(self.pending):]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.abort()
+            return
+        if not self.pending:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self.abort()
+
+    def close(self) -> None:
+        """Close once everything already written has left, as asyncio's transports do."""
+        if self.pending:
+            self.closing = True
+            self.loop.remove_reader(self.fd)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        self.sock.close()
+        self.protocol.connection_lost()
+
+
+class ScriptedProtocol:
     """One HTTP/1.1 connection: parse requests, answer them on the script's schedule."""
 
     def __init__(self, state: ScriptState) -> None:
         self.state = state
         self.buffer = b""
-        self.transport: asyncio.Transport | None = None
+        self.transport: Connection | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.num_served = 0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: Connection) -> None:
         self.transport = transport
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
         self.transport = None
 
-    def data_received(self, data: bytes) -> None:
-        # Stamp now, answer on the next loop pass: when many requests land together, every one of them
-        # is stamped before any is handled, so the schedule starts from when each really arrived.
+    def data_received(self, data: bytes, arrived: float) -> None:
         self.buffer += data
-        asyncio.get_running_loop().call_soon(self.handle_buffered, time.perf_counter())
+        self.handle_buffered(arrived)
 
     def handle_buffered(self, arrived: float) -> None:
-        while True:
+        while self.transport is not None:
             head_end = self.buffer.find(b"\r\n\r\n")
             if head_end < 0:
                 return
@@ -273,20 +368,41 @@ def _content_length(head: str) -> int:
     return 0
 
 
-async def serve(host: str, port: int, script: Script) -> asyncio.Server:
-    state = ScriptState(script)
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: ScriptedProtocol(state), host, port, backlog=4096)
+class Listener:
+    """Accepts connections and gives each its own `ScriptedProtocol`, all sharing one script."""
+
+    def __init__(self, host: str, port: int, script: Script, loop: asyncio.AbstractEventLoop) -> None:
+        self.state = ScriptState(script)
+        self.loop = loop
+        self.sock = socket.create_server((host, port), backlog=4096)
+        self.sock.setblocking(False)
+        self.port: int = self.sock.getsockname()[1]
+        loop.add_reader(self.sock.fileno(), self.accept)
+
+    def accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # e.g. out of file descriptors: the client sees a refused connection
+                return
+            Connection(sock, ScriptedProtocol(self.state), self.loop)
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
 async def _main(host: str, port: int, script: Script) -> None:
-    server = await serve(host, port, script)
+    loop = asyncio.get_running_loop()
+    listener = Listener(host, port, script, loop)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # PID 1 in a container ignores signals it has no handler for
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    print(f"scripted server listening on http://{host}:{server.sockets[0].getsockname()[1]}/v1", flush=True)
+        loop.add_signal_handler(sig, stop.set)
+    print(f"scripted server listening on http://{host}:{listener.port}/v1", flush=True)
     await stop.wait()
-    server.close()
+    listener.close()
 
 
 def main() -> None:
