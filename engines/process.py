@@ -1,8 +1,9 @@
 """Engines launched as local processes on a free local port: the reference engine (always a child process,
-never inside the load generator's interpreter) and llama.cpp's server (a `llama-server` binary, or the one
-embedded in the `xllamacpp` package).
+never inside the load generator's interpreter), llama.cpp's server (a `llama-server` binary, or the one
+embedded in the `xllamacpp` package), vLLM's and SGLang's OpenAI servers, and `ollama serve`.
 
-`--engine-arg key=value` flags pass through to the engine as `--key value` (`--key` alone for `true`).
+`--engine-arg key=value` flags pass through to the engine as `--key value` (`--key` alone for `true`);
+`ollama serve` takes no flags, so its few settings become environment variables instead.
 """
 
 from __future__ import annotations
@@ -125,12 +126,25 @@ def launch_llamacpp(
 
 
 VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"
+SGLANG_PYTHON_ENV = "BENCH_SGLANG_PYTHON"
 
 
-def vllm_python(args: dict[str, str]) -> str:
-    """vLLM often lives in a virtual environment of its own (its torch pins differ from ours): take its
-    interpreter from `--engine-arg python=...` or $BENCH_VLLM_PYTHON, else this one."""
-    return args.pop("python", None) or os.environ.get(VLLM_PYTHON_ENV) or sys.executable
+def engine_python(args: dict[str, str], env_var: str) -> str:
+    """vLLM and SGLang often live in virtual environments of their own (their torch pins differ from ours):
+    take the interpreter from `--engine-arg python=...` or the engine's variable ($BENCH_VLLM_PYTHON,
+    $BENCH_SGLANG_PYTHON), else this one."""
+    return args.pop("python", None) or os.environ.get(env_var) or sys.executable
+
+
+def checkpoint_model(model: str) -> tuple[str, str]:
+    """(model to load, name to serve it as). `default` is SmolLM2-135M converted once from its GGUF to a
+    safetensors checkpoint, since neither vLLM nor SGLang reads that GGUF; a local path is served under its
+    directory's name, a Hugging Face id under itself."""
+    if model == "default":
+        from engines.convert import default_safetensors_checkpoint
+
+        model = str(default_safetensors_checkpoint())
+    return model, Path(model).name if Path(model).exists() else model
 
 
 def vllm_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
@@ -143,35 +157,123 @@ def launch_vllm(
     run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
     ready_timeout_s: float = 900.0,
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """vLLM's OpenAI server as a local process (e.g. the CPU build); `default` is SmolLM2-135M converted
-    once from its GGUF to a safetensors checkpoint, since vLLM cannot read that GGUF."""
+    """vLLM's OpenAI server as a local process (e.g. the CPU build)."""
     args = dict(args or {})
-    python = vllm_python(args)
-    if model == "default":
-        from engines.convert import default_safetensors_checkpoint
-
-        model = str(default_safetensors_checkpoint())
-    served = Path(model).name if Path(model).exists() else model
+    python = engine_python(args, VLLM_PYTHON_ENV)
+    model, served = checkpoint_model(model)
     if port is not None:
         check_port_free(port)
     port = port or free_port()
-    base_url = f"http://127.0.0.1:{port}/v1"
+    root = f"http://127.0.0.1:{port}"
     command = vllm_command(python, model, served, port, args)
-    spec = ProcessSpec("vllm", command, [base_url.removesuffix("/v1") + "/health"], ready_timeout_s=ready_timeout_s)
+    spec = ProcessSpec("vllm", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
         info = EngineInfo(
-            name="vllm", model=served, version=_server_version(base_url), launched_by="bench",
+            name="vllm", model=served, version=_server_version(root, "/version"), launched_by="bench",
             details={"command": command, "engine_args": args, "python": python,
                      "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
         )
-        yield Endpoint(base_url, served), info
+        yield Endpoint(root + "/v1", served), info
 
 
-def _server_version(base_url: str) -> str | None:
-    try:
-        return str(httpx.get(base_url.removesuffix("/v1") + "/version", timeout=5).json().get("version"))
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
+def sglang_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
+    return [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", served_name,
+            "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
+
+
+@contextmanager
+def launch_sglang(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 900.0,
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """SGLang's OpenAI server (`python -m sglang.launch_server`) as a local process. Its version comes from
+    `/server_info` (`/get_server_info` before SGLang renamed it)."""
+    args = dict(args or {})
+    python = engine_python(args, SGLANG_PYTHON_ENV)
+    model, served = checkpoint_model(model)
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    root = f"http://127.0.0.1:{port}"
+    command = sglang_command(python, model, served, port, args)
+    spec = ProcessSpec("sglang", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
+    with run_process(spec, run_dir / ENGINE_LOG) as started:
+        version = _server_version(root, "/server_info", "/get_server_info")
+        info = EngineInfo(
+            name="sglang", model=served, version=version, launched_by="bench",
+            details={"command": command, "engine_args": args, "python": python,
+                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+        )
+        yield Endpoint(root + "/v1", served), info
+
+
+# `ollama serve` takes no flags: it is configured through its environment.
+OLLAMA_ENV = {"parallel": "OLLAMA_NUM_PARALLEL", "max-loaded-models": "OLLAMA_MAX_LOADED_MODELS",
+              "keep-alive": "OLLAMA_KEEP_ALIVE", "context-length": "OLLAMA_CONTEXT_LENGTH", "models": "OLLAMA_MODELS"}
+
+
+def ollama_command(port: int, args: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command and the environment variables that make `ollama serve` listen on 127.0.0.1:PORT with the
+    settings asked for (`models`, the model directory, only when given: else the user's ~/.ollama/models)."""
+    args = dict(args)
+    binary = args.pop("binary", None)
+    unknown = sorted(set(args) - set(OLLAMA_ENV))
+    if unknown:
+        raise EngineStartError(f"--engine-arg {', '.join(unknown)}: not understood by ollama; it takes "
+                               f"{', '.join(sorted([*OLLAMA_ENV, 'binary']))}")
+    binary = binary or shutil.which("ollama")
+    if not binary:
+        raise EngineStartError("no `ollama` binary on PATH (install it from ollama.com, or --engine-arg binary=PATH)")
+    env = {"OLLAMA_HOST": f"127.0.0.1:{port}", **{OLLAMA_ENV[key]: value for key, value in args.items()}}
+    return [binary, "serve"], env
+
+
+@contextmanager
+def launch_ollama(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 600.0,
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """`ollama serve` as a local process, its OpenAI API under /v1. The model is an Ollama model name that
+    must already be pulled: nothing is downloaded."""
+    if model == "default":
+        raise EngineStartError("--engine ollama needs --model, an Ollama model name such as llama3.2:1b")
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    root = f"http://127.0.0.1:{port}"
+    command, env = ollama_command(port, dict(args or {}))
+    spec = ProcessSpec("ollama", command, [root + "/api/version"], env=env, ready_timeout_s=ready_timeout_s)
+    with run_process(spec, run_dir / ENGINE_LOG) as started:
+        served = _pulled_ollama_model(root, model, env.get("OLLAMA_MODELS", "~/.ollama/models"))
+        info = EngineInfo(
+            name="ollama", model=served, version=_server_version(root, "/api/version"), launched_by="bench",
+            details={"command": command, "env": env, "model_argument": model, "engine_args": args or {},
+                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+        )
+        yield Endpoint(root + "/v1", served), info
+
+
+def _pulled_ollama_model(root: str, model: str, models_dir: str) -> str:
+    """The name Ollama lists for `model` (`NAME` stands for `NAME:latest`), or an error naming what it has."""
+    listed = httpx.get(root + "/api/tags", timeout=10).json().get("models") or []
+    names = [str(entry.get("name")) for entry in listed]
+    for name in (model, f"{model}:latest"):
+        if name in names:
+            return name
+    raise EngineStartError(f"--model {model}: not among the models Ollama has in {models_dir} "
+                           f"({', '.join(names) or 'none'}); run `ollama pull {model}` first")
+
+
+def _server_version(root: str, *paths: str) -> str | None:
+    """The `version` field of the first of `paths` that answers with one."""
+    for path in paths:
+        try:
+            version = httpx.get(root + path, timeout=5).json().get("version")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+        if version is not None:
+            return str(version)
+    return None
 
 
 def _package_version(name: str) -> str:

