@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from engines.registry import Availability
 from loadgen.arrivals import Level
@@ -105,7 +106,7 @@ def engines_table(engines: list[Availability]) -> Table:
     for name in ("engine", "can run here", "detail"):
         table.add_column(name)
     for engine in engines:
-        table.add_row(engine.name, "yes" if engine.can_run else "no", engine.detail)
+        table.add_row(engine.name, "yes" if engine.can_run else "no", Text(engine.detail))  # no markup: "[all]"
     return table
 
 
