@@ -13,6 +13,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from bench import report_cmd
 
@@ -30,7 +31,7 @@ class UserError(Exception):
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     raise typer.Exit(code)
 
 
@@ -126,7 +127,7 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
             combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
             console.print(f"comparison report: {combined.html}")
     except (ReportError, PriceError) as exc:
-        errors.print(f"[yellow]no report:[/] {exc} (run `bench report` with the missing options)")
+        errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
 
 
 @app.command()
