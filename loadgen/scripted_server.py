@@ -6,7 +6,8 @@ every `itl_ms`, each carrying `tokens_per_chunk` tokens, on an absolute schedule
 `stall` (no chunk for `stall_ms`, once, after `fault_after_chunks` chunks), `drop` (the connection is
 closed without an answer), `drop_reused` (the same, only on a kept-alive connection that already served a
 request: what a client sees when a server closes idle connections); `fault_every` = n applies the fault to
-every n-th request only. `PUT /_script` changes the script of a running server.
+every n-th request only. `PUT /_script` changes the script of a running server; `GET /_sent` says when
+the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that.
 
 It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on non-blocking sockets driven by asyncio, with
 timers instead of a task per stream: its own overhead must stay far below the timing it promises, even
@@ -22,7 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
+import heapq
 import itertools
+import select
 import selectors
 import signal
 import socket
@@ -50,12 +54,69 @@ class Script:
     model: str = "scripted"
 
 
+class SentTiming:
+    """When chunks really left (a server on one core writes 256 chunks due together one after another):
+    the time from each request's arrival to its first chunk, and between a stream's consecutive chunks.
+    `GET /_sent` reports and clears them, so a client's error can be told apart from the server's."""
+
+    def __init__(self) -> None:
+        self.ttft_ms: list[float] = []
+        self.itl_ms: list[float] = []
+
+    def report_and_clear(self) -> dict[str, Any]:
+        report = {"num_requests": len(self.ttft_ms), "num_gaps": len(self.itl_ms),
+                  "ttft_ms": _percentiles(self.ttft_ms), "itl_ms": _percentiles(self.itl_ms)}
+        self.ttft_ms, self.itl_ms = [], []
+        return report
+
+
+def _percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {f"p{q}": ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] for q in (50, 90, 99)}
+
+
+class Ticker:
+    """Every stream's next chunk in one heap, behind one loop timer. Chunks due together are written in
+    one pass, each once it is due, with no trip through the selector between them: at 256 streams that
+    trip would cost more than the writes."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, ScriptedProtocol, StreamPlan, int, float]] = []
+        self.order = itertools.count()
+        self.timer: asyncio.TimerHandle | None = None
+        self.running = False
+
+    def add(self, due: float, protocol: ScriptedProtocol, plan: StreamPlan, index: int, start: float) -> None:
+        heapq.heappush(self.heap, (due, next(self.order), protocol, plan, index, start))
+        if self.running or (self.timer is not None and self.timer.when() <= due):
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = asyncio.get_running_loop().call_at(due, self.run_due)
+
+    def run_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.timer, self.running = None, True
+        try:
+            while self.heap and self.heap[0][0] <= loop.time():
+                _, _, protocol, plan, index, start = heapq.heappop(self.heap)
+                protocol.send_planned(plan, index, start)
+        finally:
+            self.running = False
+            if self.heap:
+                self.timer = loop.call_at(self.heap[0][0], self.run_due)
+
+
 class ScriptState:
     """The script now in force, shared by every connection of one server."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.counter = itertools.count(1)
+        self.sent = SentTiming()
+        self.ticker = Ticker()
 
     def update(self, changes: dict[str, Any]) -> None:
         unknown = set(changes) - {f.name for f in fields(Script)}
@@ -165,16 +226,13 @@ class ScriptedProtocol:
         self.state = state
         self.buffer = b""
         self.transport: Connection | None = None
-        self.timer: asyncio.TimerHandle | None = None
         self.num_served = 0
 
     def connection_made(self, transport: Connection) -> None:
         self.transport = transport
 
     def connection_lost(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.transport = None
+        self.transport = None  # a chunk still planned finds no connection and is dropped
 
     def data_received(self, data: bytes, arrived: float) -> None:
         self.buffer += data
@@ -200,6 +258,8 @@ class ScriptedProtocol:
             self.respond(200, b"ok", "text/plain")
         elif method == "GET" and path == "/v1/models":
             self.respond_json(200, {"object": "list", "data": [{"id": script.model, "object": "model"}]})
+        elif method == "GET" and path == "/_sent":
+            self.respond_json(200, self.state.sent.report_and_clear())
         elif method == "PUT" and path == "/_script":
             try:
                 self.state.update(orjson.loads(body))
@@ -243,14 +303,13 @@ class ScriptedProtocol:
         self.schedule(plan, 0, arrived + offset_s)
 
     def schedule(self, plan: StreamPlan, index: int, start: float) -> None:
-        """One timer per stream at a time, each chunk at its absolute due time: no drift, no reordering."""
-        due = start + plan.due_s(index)
-        self.timer = asyncio.get_running_loop().call_at(due, self.send_planned, plan, index, start)
+        """Each chunk at its absolute due time: no drift, no reordering."""
+        self.state.ticker.add(start + plan.due_s(index), self, plan, index, start)
 
     def send_planned(self, plan: StreamPlan, index: int, start: float) -> None:
-        self.timer = None
         if self.transport is None:
             return
+        plan.note_sent(index, asyncio.get_running_loop().time(), start, self.state.sent)
         if plan.cuts_at(index):
             self.transport.close()
         elif plan.errors_at(index):
@@ -294,6 +353,14 @@ class StreamPlan:
         self.num_chunks = -(-self.num_tokens // script.tokens_per_chunk)
         self.continuous_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         self.prompt_tokens = _count_words(body)
+        self.last_sent = 0.0
+
+    def note_sent(self, index: int, now: float, start: float, sent: SentTiming) -> None:
+        if index == 0:
+            sent.ttft_ms.append((now - start) * 1000)
+        else:
+            sent.itl_ms.append((now - self.last_sent) * 1000)
+        self.last_sent = now
 
     def due_s(self, index: int) -> float:
         stalled = self.fault == "stall" and index >= self.script.fault_after_chunks
@@ -368,6 +435,18 @@ def _content_length(head: str) -> int:
     return 0
 
 
+class PreciseEpollSelector(selectors.EpollSelector):
+    """epoll, woken on time to the microsecond. epoll rounds its timeout up to whole milliseconds, which
+    would put up to 1 ms of the server's own jitter into every gap it promises; select() keeps
+    microseconds but costs time in proportion to every open connection on each pass. So the wait is a
+    select() on the epoll descriptor alone, and epoll then says which connections are ready."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None or timeout > 0:
+            select.select([self.fileno()], [], [], timeout)
+        return super().select(0)
+
+
 class Listener:
     """Accepts connections and gives each its own `ScriptedProtocol`, all sharing one script."""
 
@@ -397,6 +476,11 @@ class Listener:
 async def _main(host: str, port: int, script: Script) -> None:
     loop = asyncio.get_running_loop()
     listener = Listener(host, port, script, loop)
+    # A full collection pauses every stream; what lives from start-up on is left out of the scans, and
+    # collections come rarely (what a connection leaves behind is freed by reference counting).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # PID 1 in a container ignores signals it has no handler for
         loop.add_signal_handler(sig, stop.set)
@@ -415,9 +499,7 @@ def main() -> None:
     parser.add_argument("--model", default="scripted")
     args = parser.parse_args()
     script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model)
-    # select() takes its timeout in microseconds; epoll rounds it up to whole milliseconds, which would
-    # put up to 1 ms of the server's own jitter into every gap it promises.
-    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))
     finally:
