@@ -59,6 +59,8 @@ def sweep(
                                                 "lognormal:MEAN:STD[:MIN:MAX]."),
     output_tokens: str = typer.Option(None, help="Output length, same forms as --input-tokens."),
     shared_prefix: str = typer.Option(None, help="GROUPS:TOKENS: each group shares a system prompt."),
+    turns: int = typer.Option(None, help="Multi-turn chat: each user holds conversations of this many turns, "
+                                         "every turn sending the conversation so far (1 = single requests)."),
     api: str = typer.Option(None, help="chat or completions."),
     seed: int = typer.Option(None, help="Seed of the request stream."),
     request_timeout: float = typer.Option(None, help="Seconds before a request counts as timed out."),
@@ -81,7 +83,7 @@ def sweep(
     overrides = SweepOverrides(
         concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
         duration=duration, requests=requests, warmup=warmup, input_tokens=input_tokens,
-        output_tokens=output_tokens, shared_prefix=shared_prefix, api=api, seed=seed,
+        output_tokens=output_tokens, shared_prefix=shared_prefix, turns=turns, api=api, seed=seed,
         request_timeout=request_timeout,
     )
     try:
@@ -108,6 +110,7 @@ def sweep(
             raise typer.Exit(130) from None
     console.print(summary_table([s for result in results for s in result.summaries], title=resolved.name))
     for result in results:
+        _print_server_view(result.run_dir)
         console.print(f"run directory: {result.run_dir}")
     if report:
         _write_reports([result.run_dir for result in results], out)
@@ -142,6 +145,16 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         fail(str(exc))
     write_summaries(run_dir, summaries)
     console.print(summary_table(summaries, title=str(run_dir)))
+    _print_server_view(run_dir)
+
+
+def _print_server_view(run_dir: Path) -> None:
+    from bench.display import server_view_table
+    from reports.results import server_views
+
+    views = server_views(run_dir)
+    if views:
+        console.print(server_view_table(views, title=f"the server's own metrics: {run_dir.name}"))
 
 
 @app.command()

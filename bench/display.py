@@ -15,6 +15,7 @@ from engines.registry import Availability
 from loadgen.arrivals import Level
 from loadgen.metrics import LevelSummary
 from loadgen.runner import LevelBounds
+from loadgen.telemetry import ServerView
 from loadgen.types import RequestRecord
 
 
@@ -79,6 +80,19 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
             _fmt(s.tpot_ms.p50), _fmt(s.e2e_ms.p50), _fmt(s.goodput_request_per_s, 2), f"{s.slo_attainment:.0%}",
             _fmt(s.mean_in_flight, 1), _note(s),
         )
+    return table
+
+
+def server_view_table(views: list[ServerView], title: str) -> Table:
+    """What the server's own metrics said during each level (means over the samples taken while it ran)."""
+    table = Table(title=title)
+    for name in ("level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for v in views:
+        kv = f"{v.max_kv_cache_usage:.0%}" if v.max_kv_cache_usage is not None else "-"
+        hits = f"{v.prefix_cache_hit_rate:.0%}" if v.prefix_cache_hit_rate is not None else "-"
+        table.add_row(v.level, str(v.num_samples), _fmt(v.mean_running), _fmt(v.mean_waiting), kv,
+                      _fmt(v.preemptions, 0), hits)
     return table
 
 

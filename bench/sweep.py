@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +21,7 @@ from bench.hardware import describe_host
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import read_api_key
 from engines.types import Endpoint, EngineInfo
+from loadgen import telemetry
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
@@ -88,9 +89,13 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
     try:
         with launch(run_dir) as (endpoint, engine):
             started = True
-            run.update(status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint))
+            url = telemetry.metrics_url(endpoint.base_url)
+            no_telemetry = telemetry.probe(url)
+            run.update(status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
+                       telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
             results.write_run_json(run_dir, run)
-            _run_levels(plan, endpoint, engine, run_dir, progress)
+            with telemetry.sampling(url, run_dir / results.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
+                _run_levels(plan, endpoint, engine, run_dir, progress)
         status = "complete"
     except Exception as exc:
         status = f"failed: {type(exc).__name__}: {exc}"

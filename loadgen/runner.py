@@ -15,7 +15,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 import numpy as np
@@ -51,10 +51,11 @@ class LevelRun:
     kind: str
     value: float
     started_at_unix_s: float
-    wall_s: float
+    wall_s: float  # the measured part, from measured_at_unix_s on (after warm-up)
     num_records: int
     num_warmup: int
     client: ClientCheck
+    measured_at_unix_s: float | None = None
 
 
 class StartGate:
@@ -137,6 +138,7 @@ async def run_level(
         num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
         with _quiet_garbage_collector():
             ctx.clock_origin = time.perf_counter()
+            measured_at = time.time()
             lags: list[float] = []
             monitor = asyncio.create_task(_watch_loop_lag(lags))
             cpu_start, wall_start = time.process_time(), time.perf_counter()
@@ -152,7 +154,7 @@ async def run_level(
     return LevelRun(
         level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at, wall_s=wall_s,
         num_records=ctx.num_written - num_warmup, num_warmup=num_warmup,
-        client=_client_check(lags, cpu_s, wall_s),
+        client=_client_check(lags, cpu_s, wall_s), measured_at_unix_s=measured_at,
     )
 
 
@@ -176,15 +178,40 @@ async def _closed_loop(
     ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
 ) -> None:
     budget = itertools.count() if bounds.max_requests is None else iter(range(bounds.max_requests))
+    conversations = _conversations(specs)
 
     async def user(index: int) -> None:
+        """Sends one request after another; in a multi-turn workload, each turn of a conversation in order,
+        with the conversation so far (a failed turn ends its conversation)."""
+        turns: Iterator[RequestSpec] = iter(())
+        history: tuple[tuple[str, str], ...] = ()
         while _time_left(ctx, bounds) and next(budget, None) is not None:
             await ctx.start_gate.turn()
-            spec = next(specs)
+            spec = next(turns, None)
+            if spec is None:
+                turns, history = iter(next(conversations)), ()
+                spec = next(turns)
+            spec = replace(spec, history=history) if history else spec
             record = ctx.new_record(spec, user=index)
-            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock))
+            record = await send_request(session, spec, ctx.options, record, ctx.clock, keep_text=spec.turn is not None)
+            await _finish(ctx, record)
+            if spec.turn is None:
+                continue
+            if record.ok:
+                history = (*history, ("user", spec.prompt), ("assistant", record.output_text or ""))
+            else:
+                turns = iter(())
 
     await asyncio.gather(*(user(i) for i in range(ctx.level.num_users)))
+
+
+def _conversations(specs: Iterator[RequestSpec]) -> Iterator[list[RequestSpec]]:
+    """The turns of each conversation together; a request outside any conversation stands alone."""
+    def conversation(spec: RequestSpec) -> object:
+        return spec.request_id if spec.conversation_id is None else ("conversation", spec.conversation_id)
+
+    for _, turns in itertools.groupby(specs, key=conversation):
+        yield list(turns)
 
 
 async def _open_loop(

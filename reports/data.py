@@ -20,6 +20,7 @@ from costmodel.inputs import DecisionSettings
 from costmodel.units import share, tokens, usd
 from costmodel.verdict import describe_slo
 from loadgen.metrics import LevelSummary
+from reports.results import server_views
 from reports.runs import RunReport
 
 CURVE_POINTS = 400
@@ -190,7 +191,8 @@ def _engine(result: CostResult, run: RunReport, compared: ProviderCost | None) -
             "osl": result.osl, "replica_usd_per_hour": result.replica_usd_per_hour,
             "operating_point": result.operating_point, "no_operating_point_reason": result.no_operating_point_reason,
             "usd_per_request": result.usd_per_request, "fleet": result.fleet, "providers": result.providers,
-            "warnings": result.warnings, "levels": levels}
+            "warnings": result.warnings, "levels": levels,
+            "server_view": [asdict(view) for view in server_views(run.run_dir)]}
 
 
 def _level(s: LevelSummary, cost: Any, price: ProviderCost | None) -> dict[str, Any]:

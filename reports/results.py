@@ -5,6 +5,7 @@
         requests.jsonl   one RequestRecord per line, appended as each request ends
         levels.jsonl     one line per finished level: timing and the client's check on itself
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
+        telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
         engine.log       the engine's output, when the toolkit launched it
 
 Everything in a report can be recomputed from these files alone.
@@ -21,6 +22,7 @@ from typing import Any
 
 from loadgen.metrics import SLO, LevelSummary, summarize
 from loadgen.recorder import read_jsonl, read_records
+from loadgen.telemetry import ServerView, server_view
 from loadgen.types import ClientCheck, RequestRecord
 
 RUN_FILE = "run.json"
@@ -29,6 +31,7 @@ LEVELS_FILE = "levels.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 ENGINE_LOG = "engine.log"
+TELEMETRY_FILE = "telemetry.jsonl"
 
 
 class RunDirError(Exception):
@@ -83,6 +86,19 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
         client = level_runs.get(level, {}).get("client")
         summaries.append(summarize(records, slo, ClientCheck(**client) if client else None))
     return summaries
+
+
+def server_views(run_dir: Path) -> list[ServerView]:
+    """Each measured level as the server saw it (from telemetry.jsonl); empty when nothing was sampled."""
+    path = run_dir / TELEMETRY_FILE
+    samples = list(read_jsonl(path)) if path.is_file() else []
+    if not samples:
+        return []
+    views = []
+    for level, row in read_level_runs(run_dir).items():
+        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
+        views.append(server_view(level, samples, start, start + row["wall_s"]))
+    return [view for view in views if view.num_samples]
 
 
 def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:

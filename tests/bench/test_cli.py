@@ -42,6 +42,8 @@ def test_sweep_writes_a_complete_run_directory_and_summarize_recomputes_it(scrip
                                                     "levels.jsonl"}
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and run["levels"] == ["c1", "c4"]
+    assert run["telemetry"]["sampled"] is False and "HTTP 404" in run["telemetry"]["why_not"]
+    assert not (run_dir / "telemetry.jsonl").exists()
     assert run["scenario"]["workload"]["input_tokens"] == {"dist": "uniform", "value": None, "mean": None,
                                                           "std": None, "min": 10, "max": 30}
     summary = json.loads((run_dir / "summary.json").read_text())

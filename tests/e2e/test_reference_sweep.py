@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from reports.results import server_views
 from tests.bench.test_cli import bench, only_run_dir
 from tests.servers import is_running
 
@@ -33,3 +35,32 @@ def test_an_engine_that_fails_to_start_reports_its_log_and_keeps_it(tmp_path) ->
     run_dir = only_run_dir(tmp_path)
     assert json.loads((run_dir / "run.json").read_text())["status"].startswith("failed")
     assert (run_dir / "engine.log").is_file()
+
+
+def test_the_servers_own_metrics_are_sampled_while_levels_run(tmp_path) -> None:
+    result = bench("sweep", "--model", "dummy:tiny", "--concurrency", "4", "--duration", "4",
+                   "--input-tokens", "32", "--output-tokens", "48", "--out", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["telemetry"]["sampled"] is True and run["telemetry"]["metrics_url"].endswith("/metrics")
+    samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
+    assert len(samples) >= 3 and all("requests_running" in s and "kv_cache_usage" in s for s in samples)
+    (view,) = server_views(run_dir)
+    assert view.level == "c4" and view.num_samples >= 3
+    assert 1 <= view.mean_running <= 4 and view.mean_waiting is not None and 0 < view.max_kv_cache_usage <= 1
+    assert "the server's own metrics" in result.stdout
+    assert "The server's own metrics while each level ran" in (run_dir / "report.md").read_text()
+    assert not [pid for pid in _pids_with_argument(str(run_dir))], "the sampler outlived the sweep"
+
+
+def _pids_with_argument(argument: str) -> list[int]:
+    """Processes whose command line holds `argument` (the sampler is started with the run directory's path)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and argument in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,160 @@
+"""The server's own view over time: its Prometheus `/metrics`, sampled about once a second into
+`telemetry.jsonl`, and what each level looked like from there (requests running and waiting, KV cache
+use, preemptions, prefix-cache hits).
+
+The sampler is a process of its own (`python -m loadgen.telemetry URL FILE`), so parsing a large metrics
+page never pauses the load generator's event loop. Engines publish the same quantities under different
+names; `SERIES` maps ours to theirs (vLLM, SGLang, llama.cpp; the reference engine uses vLLM's). A server
+without `/metrics` gives no samples, and nothing fails for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+SAMPLE_INTERVAL_S = 1.0
+
+# ours -> the sample names engines publish (counters with their `_total` suffix), first present wins
+SERIES: dict[str, tuple[str, ...]] = {
+    "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
+    "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+                       "llamacpp:kv_cache_usage_ratio"),
+    "preemptions_total": ("vllm:num_preemptions_total",),
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total",),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total",),
+    "generation_tokens_total": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
+                                "llamacpp:tokens_predicted_total"),
+}
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Our series from a Prometheus text page, each summed over its label sets (e.g. one per model)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+    values = {}
+    for ours, theirs in SERIES.items():
+        name = next((n for n in theirs if n in found), None)
+        if name is not None:
+            values[ours] = found[name]
+    return values
+
+
+def metrics_url(base_url: str) -> str:
+    """`http://host:port/v1` -> `http://host:port/metrics` (engines serve it beside the API, not under it)."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+def probe(url: str) -> str | None:
+    """None if `url` serves metrics we know; else why not (said in run.json, never an error)."""
+    try:
+        response = httpx.get(url, timeout=5)
+    except httpx.HTTPError as exc:
+        return f"no answer at {url}: {type(exc).__name__}"
+    if response.status_code != 200:
+        return f"{url} answered HTTP {response.status_code}"
+    try:
+        values = parse_metrics(response.text)
+    except ValueError as exc:
+        return f"{url} is not Prometheus text: {exc}"
+    return None if values else f"{url} publishes none of the series we read"
+
+
+@contextmanager
+def sampling(url: str, path: Path) -> Iterator[None]:
+    """Sample `url` into `path` in a child process while the block runs; stopped on every exit path."""
+    command = [sys.executable, "-m", "loadgen.telemetry", url, str(path)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def sample_until_stopped(url: str, path: Path, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+    """One JSON line per sample: `t` (unix seconds) and the series the server published."""
+    from loadgen.recorder import JsonlWriter
+
+    # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (every line is flushed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with JsonlWriter(path) as writer, httpx.Client(timeout=interval_s * 2) as client:
+        next_at = time.monotonic()
+        while True:
+            taken_at = time.time()
+            try:
+                response = client.get(url)
+                if response.status_code == 200:
+                    values = parse_metrics(response.text)
+                    if values:
+                        writer.write({"t": round(taken_at, 3), **values})
+            except (httpx.HTTPError, ValueError):
+                pass  # a busy or restarting server misses a sample, nothing more
+            next_at += interval_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """One level as the server saw it, from the samples taken while it ran."""
+
+    level: str
+    num_samples: int
+    mean_running: float | None
+    mean_waiting: float | None
+    max_kv_cache_usage: float | None  # 1 = every block in use
+    preemptions: float | None
+    prefix_cache_hit_rate: float | None
+
+
+def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> ServerView:
+    inside = [s for s in samples if start_unix_s <= s["t"] <= end_unix_s]
+
+    def mean(key: str) -> float | None:
+        values = [s[key] for s in inside if key in s]
+        return sum(values) / len(values) if values else None
+
+    def growth(key: str) -> float | None:
+        values = [s[key] for s in inside if key in s]
+        return values[-1] - values[0] if len(values) >= 2 else None
+
+    kv = [s["kv_cache_usage"] for s in inside if "kv_cache_usage" in s]
+    queries, hits = growth("prefix_cache_queries_total"), growth("prefix_cache_hits_total")
+    return ServerView(
+        level=level, num_samples=len(inside), mean_running=mean("requests_running"),
+        mean_waiting=mean("requests_waiting"), max_kv_cache_usage=max(kv) if kv else None,
+        preemptions=growth("preemptions_total"),
+        prefix_cache_hit_rate=hits / queries if queries and hits is not None else None,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Sample a server's Prometheus /metrics into a JSON-lines file.")
+    parser.add_argument("url")
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--interval", type=float, default=SAMPLE_INTERVAL_S)
+    args = parser.parse_args()
+    sample_until_stopped(args.url, args.path, args.interval)
+
+
+if __name__ == "__main__":
+    main()
