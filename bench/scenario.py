@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.metrics import SLO
@@ -63,6 +63,13 @@ class Scenario(BaseModel):
     traffic: Traffic | None = None
     pricing: Pricing = Field(default_factory=Pricing)
     requirements: Requirements = Field(default_factory=Requirements)
+
+    @model_validator(mode="after")
+    def _conversations_need_users(self) -> Scenario:
+        if self.workload.multi_turn is not None and self.load.rates:
+            raise ValueError("workload.multi_turn runs with concurrency levels only (each user holds one "
+                             "conversation at a time); remove load.rates / --rate")
+        return self
 
 
 def shipped_scenarios() -> list[str]:

@@ -23,7 +23,6 @@ from loadgen.token_counts import assign_chunk_tokens
 from loadgen.types import RequestRecord, RequestSpec
 
 READ_BUFFER_BYTES = 4 * 1024 * 1024
-MAX_ATTEMPTS = 4  # only a request that met a dead kept-alive connection is ever sent again
 MAX_ERROR_BODY_BYTES = 2048
 
 
@@ -132,16 +131,19 @@ async def send_request(
     options: ClientOptions,
     record: RequestRecord,
     clock: Callable[[], float],
+    keep_text: bool = False,
 ) -> RequestRecord:
-    """Send `spec`, stream the answer into `record` (times from `clock`), and return it. Never raises
-    for a server's fault: every failure becomes `ok=False` with an error kind."""
+    """Send `spec`, stream the answer into `record` (times from `clock`; the answer's text too when
+    `keep_text`), and return it. Never raises for a server's fault: every failure becomes `ok=False`
+    with an error kind."""
     path = "/chat/completions" if spec.api == "chat" else "/completions"
     body = build_body(spec, options)
     record.max_tokens = spec.max_tokens
-    stream = _StreamState(record)
+    stream = _StreamState(record, keep_text)
     record.dispatch_s = record.send_s = clock()
     url = options.base_url + path
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    max_attempts = max_send_attempts(session)
+    for attempt in range(1, max_attempts + 1):
         record.attempts = attempt
         stamp = _SendStamp(record, clock)
         try:
@@ -151,7 +153,7 @@ async def send_request(
         except asyncio.TimeoutError:
             stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if attempt < MAX_ATTEMPTS and _was_stale_connection(stamp, record):
+            if attempt < max_attempts and _was_stale_connection(stamp, record):
                 continue
             kind = "stream_cut" if record.http_status is not None else "connection_error"
             stream.fail(kind, f"{type(exc).__name__}: {exc}")
@@ -173,6 +175,13 @@ async def _exchange(
             raise await _http_failure(response)
         await _read_stream(response, stream, record.send_s, clock)
     stream.finish()
+
+
+def max_send_attempts(session: aiohttp.ClientSession) -> int:
+    """Each stale try drops one dead pooled connection, so one more try than the pool holds always reaches
+    a fresh connection (llama.cpp's server closes a kept-alive connection after a few requests, and several
+    can expire together)."""
+    return (session.connector.limit if session.connector and session.connector.limit else 100) + 1
 
 
 def _was_stale_connection(stamp: _SendStamp, record: RequestRecord) -> bool:
@@ -219,8 +228,9 @@ async def _read_stream(
 class _StreamState:
     """Accumulates one stream's chunks into its record."""
 
-    def __init__(self, record: RequestRecord) -> None:
+    def __init__(self, record: RequestRecord, keep_text: bool = False) -> None:
         self.record = record
+        self.text_parts: list[str] | None = [] if keep_text else None
         self.done = False
         self.saw_finish_reason = False
         self.chunk_chars: list[int] = []
@@ -261,6 +271,8 @@ class _StreamState:
         if text:
             self.record.chunk_times_s.append(arrived_s)
             self.chunk_chars.append(len(text))
+            if self.text_parts is not None:
+                self.text_parts.append(text)
             self.usage_deltas.append(self._take_usage_delta())
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
@@ -291,6 +303,8 @@ class _StreamState:
             record.server_output_tokens,
         )
         record.output_tokens = sum(record.chunk_tokens)
+        if self.text_parts is not None:
+            record.output_text = "".join(self.text_parts)
         record.ok = True
 
     def fail(self, kind: str, message: str, http_status: int | None = None) -> None:

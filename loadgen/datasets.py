@@ -66,16 +66,21 @@ def make_prompt(rng: np.random.Generator, num_tokens: int, tokenizer: PromptToke
 
 
 def iter_requests(workload: Workload, tokenizer: PromptTokenizer | None = None) -> Iterator[RequestSpec]:
-    """An endless, seeded stream of requests; the same workload gives the same stream."""
+    """An endless, seeded stream of requests; the same workload gives the same stream. In a multi-turn
+    workload, each conversation's turns come one after another (the runner adds each turn's history), and
+    a conversation keeps one system prompt."""
     rng = np.random.default_rng(workload.seed)
     system_prompts = _system_prompts(workload, tokenizer)
+    turns = workload.multi_turn.turns if workload.multi_turn else None
     request_id = 0
     while True:
         batch = 256
         input_lengths = workload.input_tokens.sample(rng, batch)
         output_lengths = workload.output_tokens.sample(rng, batch)
         for num_in, num_out in zip(input_lengths, output_lengths, strict=True):
-            system = system_prompts[request_id % len(system_prompts)] if system_prompts else None
+            conversation = request_id // turns if turns else None
+            group = conversation if conversation is not None else request_id
+            system = system_prompts[group % len(system_prompts)] if system_prompts else None
             yield RequestSpec(
                 request_id=request_id,
                 api=workload.api,
@@ -83,6 +88,8 @@ def iter_requests(workload: Workload, tokenizer: PromptTokenizer | None = None) 
                 max_tokens=int(num_out),
                 system_prompt=system,
                 input_tokens_target=int(num_in),
+                conversation_id=conversation,
+                turn=request_id % turns + 1 if turns else None,
             )
             request_id += 1
 

@@ -26,10 +26,12 @@ class RequestSpec:
     input_tokens_target: int | None = None
     conversation_id: int | None = None
     turn: int | None = None
+    history: tuple[tuple[str, str], ...] = ()  # earlier turns of the conversation: (role, content)
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*head, {"role": "user", "content": self.prompt}]
+        earlier = [{"role": role, "content": content} for role, content in self.history]
+        return [*head, *earlier, {"role": "user", "content": self.prompt}]
 
     def completion_prompt(self) -> str:
         return f"{self.system_prompt}\n\n{self.prompt}" if self.system_prompt else self.prompt
@@ -71,6 +73,7 @@ class RequestRecord:
     error_message: str | None = None
     http_status: int | None = None
     attempts: int = 1  # > 1 when kept-alive connections turned out closed and the request was sent again
+    output_text: str | None = None  # kept for multi-turn workloads only: the next turn sends it back
 
     @property
     def ttft_s(self) -> float | None:

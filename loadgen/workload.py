@@ -105,6 +105,15 @@ class SharedPrefix(BaseModel):
     tokens: int = Field(ge=1)
 
 
+class MultiTurn(BaseModel):
+    """Chat conversations of `turns` turns. Each turn sends the conversation so far, the server's own
+    answers included, plus a new user message of `input_tokens`; a prefix cache sees the history again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    turns: int = Field(ge=2, le=1000)
+
+
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -112,6 +121,13 @@ class Workload(BaseModel):
     input_tokens: LengthDistribution = LengthDistribution(dist="fixed", value=256)
     output_tokens: LengthDistribution = LengthDistribution(dist="fixed", value=128)
     shared_prefix: SharedPrefix | None = None
+    multi_turn: MultiTurn | None = None
     seed: int = 0
     temperature: float | None = Field(default=0.0, ge=0)
     ignore_eos: bool = True
+
+    @model_validator(mode="after")
+    def _multi_turn_is_chat(self) -> Workload:
+        if self.multi_turn is not None and self.api != "chat":
+            raise ValueError("multi_turn needs api: chat (a conversation is a list of messages)")
+        return self

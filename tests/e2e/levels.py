@@ -17,9 +17,10 @@ from loadgen.workload import Workload, parse_length_spec
 
 def run_one_level(
     base_url: str, tmp_path: Path, level: Level, bounds: LevelBounds, output_tokens: int = 24,
-    slo: SLO | None = None, **option_changes: object,
+    slo: SLO | None = None, workload: Workload | None = None, **option_changes: object,
 ) -> tuple[LevelSummary, list[RequestRecord], LevelRun]:
-    workload = Workload(input_tokens=parse_length_spec("32"), output_tokens=parse_length_spec(str(output_tokens)))
+    workload = workload or Workload(input_tokens=parse_length_spec("32"),
+                                    output_tokens=parse_length_spec(str(output_tokens)))
     options = replace(ClientOptions(base_url, "scripted"), **option_changes)  # type: ignore[arg-type]
     path = tmp_path / f"{level.label}.jsonl"
     with JsonlWriter(path) as writer:
