@@ -126,6 +126,7 @@ def launch_llamacpp(
 
 
 VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"
+VLLM_CPU_MEMORY_SHARE = "0.3"
 SGLANG_PYTHON_ENV = "BENCH_SGLANG_PYTHON"
 
 
@@ -160,6 +161,10 @@ def launch_vllm(
     """vLLM's OpenAI server as a local process (e.g. the CPU build)."""
     args = dict(args or {})
     python = engine_python(args, VLLM_PYTHON_ENV)
+    if shutil.which("nvidia-smi") is None:
+        # The CPU build reads --gpu-memory-utilization as the share of RAM for its KV cache; its default
+        # (0.9) leaves too little for anything else on the machine, the load generator included.
+        args.setdefault("gpu-memory-utilization", VLLM_CPU_MEMORY_SHARE)
     model, served = checkpoint_model(model)
     if port is not None:
         check_port_free(port)
