@@ -8,9 +8,11 @@ blocks or earlier prefill chunks). It never allocates blocks and knows nothing o
 Layout: per layer, K and V caches of shape (num_blocks, block_size, num_kv_heads, head_dim); the token
 at position p of a sequence lives in slot `block_table[p // block_size] * block_size + p % block_size`.
 
-Speed: all sequences with one new token (decodes) share ONE attention call per layer, their K/V
-gathered block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV
-group folded into the query dimension (GQA without copying K/V). Longer chunks (prefills) run one call
+Speed: sequences with one new token (decodes) share one attention call per layer, their K/V gathered
+block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV group folded
+into the query dimension (GQA without copying K/V). Gathering and attending cost what the padded batch
+holds, so decodes of very different lengths are split into a few groups of similar length (one long
+conversation would otherwise make every short one pay for its length). Longer chunks (prefills) run one call
 per sequence with a lower-right causal mask. The index tensors are built once per forward
 (`AttentionPlan.build`) and shared by every layer.
 """
@@ -112,7 +114,7 @@ class AttentionPlan:
     """Index tensors derived once per forward from AttentionMetadata, shared by all layers."""
 
     slot_mapping: torch.Tensor  # (T,)
-    decode: DecodeGroup | None
+    decodes: tuple[DecodeGroup, ...]
     prefills: tuple[PrefillSegment, ...]
     last_token_idx: torch.Tensor  # (num_seqs,) flat index of each sequence's last new token
     num_tokens: int
@@ -130,7 +132,8 @@ class AttentionPlan:
         last = [start + q - 1 for start, q in zip(starts, meta.query_lens, strict=True)]
         return cls(
             slot_mapping=meta.slot_mapping.to(device),
-            decode=_decode_group(meta, decode_ids, starts, block_size, device, dtype) if decode_ids else None,
+            decodes=tuple(_decode_group(meta, ids, starts, block_size, device, dtype)
+                          for ids in _similar_lengths(decode_ids, meta.context_lens, block_size)),
             prefills=prefills,
             last_token_idx=torch.tensor(last, dtype=torch.long, device=device),
             num_tokens=starts[-1] + meta.query_lens[-1],
@@ -147,6 +150,30 @@ def _cumulative_starts(query_lens: list[int]) -> list[int]:
 
 def _num_blocks(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
+
+
+MAX_DECODE_GROUPS = 4
+MAX_PADDING_SHARE = 0.5  # a group grows while padding adds at most half again to the keys it holds
+
+
+def _similar_lengths(seq_ids: list[int], context_lens: list[int], block_size: int) -> list[list[int]]:
+    """Decode sequences in at most MAX_DECODE_GROUPS groups of similar length; one group, in batch order,
+    when padding them all to the longest wastes little (the common case, and no scatter is needed)."""
+    if not seq_ids:
+        return []
+    blocks = {i: _num_blocks(context_lens[i], block_size) for i in seq_ids}
+    if max(blocks.values()) * len(seq_ids) <= (1 + MAX_PADDING_SHARE) * sum(blocks.values()):
+        return [seq_ids]
+    groups: list[list[int]] = [[]]
+    held = 0  # blocks the open group really needs
+    for i in sorted(seq_ids, key=blocks.__getitem__):
+        padded = blocks[i] * (len(groups[-1]) + 1)
+        if groups[-1] and len(groups) < MAX_DECODE_GROUPS and padded > (1 + MAX_PADDING_SHARE) * (held + blocks[i]):
+            groups.append([])
+            held = 0
+        groups[-1].append(i)
+        held += blocks[i]
+    return groups
 
 
 def _decode_group(
@@ -198,11 +225,11 @@ def paged_attention(
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
     k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, k)
     v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, v)
-    group = plan.decode
-    if group is not None and group.token_idx is None:
-        return _decode_attention(q, k_cache, v_cache, group)  # a pure-decode batch: no scatter
+    if len(plan.decodes) == 1 and plan.decodes[0].token_idx is None:
+        return _decode_attention(q, k_cache, v_cache, plan.decodes[0])  # a pure-decode batch: no scatter
     out = torch.empty_like(q)
-    if group is not None and group.token_idx is not None:
+    for group in plan.decodes:
+        assert group.token_idx is not None
         decoded = _decode_attention(q.index_select(0, group.token_idx), k_cache, v_cache, group)
         out.index_copy_(0, group.token_idx, decoded)
     for seg in plan.prefills:

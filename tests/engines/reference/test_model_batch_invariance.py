@@ -133,3 +133,13 @@ def test_cuda_logits_match_cpu(dtype: torch.dtype) -> None:
         logits[device] = runner.run(items).cpu()
     tolerance = 1e-3 if dtype == torch.float32 else 0.05 * logits["cpu"].abs().max().item()
     torch.testing.assert_close(logits["cuda"], logits["cpu"], atol=tolerance, rtol=0)
+
+
+def test_decodes_of_very_different_lengths_are_attended_in_groups_of_similar_length() -> None:
+    from engines.reference.attention import MAX_DECODE_GROUPS, _similar_lengths
+
+    assert _similar_lengths([0, 1, 2], [40, 44, 48], BLOCK_SIZE) == [[0, 1, 2]]  # little padding: one call
+    # One long conversation among short ones gets a group of its own instead of padding them all.
+    assert _similar_lengths([0, 1, 2, 3], [8, 400, 12, 9], BLOCK_SIZE) == [[0, 2, 3], [1]]
+    lengths = [4 * 2**i for i in range(12)]
+    assert len(_similar_lengths(list(range(12)), lengths, BLOCK_SIZE)) == MAX_DECODE_GROUPS
