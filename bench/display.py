@@ -138,6 +138,8 @@ def _note(s: LevelSummary) -> str:
         notes.append("no steady window")
     if s.num_short_outputs:
         notes.append(f"{s.num_short_outputs} short outputs")
+    if s.ttft_ms_later_turns.p50 is not None:
+        notes.append(f"TTFT p50 turn 1 {_fmt(s.ttft_ms_first_turn.p50)} ms, later turns {_fmt(s.ttft_ms_later_turns.p50)} ms")
     return "; ".join(notes)
 
 

@@ -92,6 +92,10 @@ class LevelSummary:
     e2e_from_schedule_ms: Distribution = field(default_factory=Distribution)
     schedule_lag_ms: Distribution = field(default_factory=Distribution)
     send_delay_ms: Distribution = field(default_factory=Distribution)
+    # Multi-turn workloads: a conversation's first turn, and the later ones that send its history again.
+    ttft_ms_first_turn: Distribution = field(default_factory=Distribution)
+    ttft_ms_later_turns: Distribution = field(default_factory=Distribution)
+    mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
     token_count_sources: dict[str, int] = field(default_factory=dict)
     num_usage_mismatch: int = 0
     num_short_outputs: int = 0
@@ -151,6 +155,8 @@ def summarize(
         mean_output_tokens=_mean([r.output_tokens for r in ok]),
         mean_in_flight=_mean_in_flight(measured, start, end),
         **_latency_distributions(ok),
+        **_turn_distributions(ok),
+        mean_cached_tokens=_mean_or_none([r.cached_tokens for r in ok if r.cached_tokens is not None]),
         token_count_sources=dict(Counter(r.token_count_source for r in ok)),
         num_usage_mismatch=sum(
             1 for r in ok if r.server_output_tokens is not None and r.server_output_tokens != len(r.chunk_times_s)
@@ -195,6 +201,16 @@ def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
         "schedule_lag_ms": Distribution.of(np.asarray(lag) * ms),
         "send_delay_ms": Distribution.of(np.asarray(send_delay) * ms),
     }
+
+
+def _turn_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
+    first = [r.chunk_times_s[0] * 1000.0 for r in ok if r.turn == 1]
+    later = [r.chunk_times_s[0] * 1000.0 for r in ok if r.turn is not None and r.turn > 1]
+    return {"ttft_ms_first_turn": Distribution.of(first), "ttft_ms_later_turns": Distribution.of(later)}
+
+
+def _mean_or_none(values: list[int]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def _meets_slo(r: RequestRecord, slo: SLO | None) -> bool:

@@ -20,6 +20,7 @@ def test_every_turn_sends_the_conversation_so_far_with_the_servers_own_answers(s
                                   workload=workload)
     measured = [r for r in records if not r.is_warmup]
     assert s.num_failed == 0 and len(measured) == 12
+    assert s.ttft_ms_first_turn.p50 is not None and s.ttft_ms_later_turns.p50 is not None
     by_conversation = defaultdict(list)
     for r in measured:
         by_conversation[r.conversation_id].append(r)
@@ -44,6 +45,9 @@ def test_a_sweep_of_conversations_hits_the_prefix_cache_on_later_turns(tmp_path)
     later = [r for r in measured if r["turn"] > 1]
     assert later and all(r["cached_tokens"] >= 64 for r in later)  # the history's full blocks came from cache
     assert json.loads((run_dir / "run.json").read_text())["scenario"]["workload"]["multi_turn"] == {"turns": 3}
+    (summary,) = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mean_cached_tokens"] > 0 and summary["ttft_ms_later_turns"]["p50"] is not None
+    assert "later turns" in result.stdout
 
 
 def test_conversations_refuse_an_arrival_rate(tmp_path) -> None:
