@@ -136,10 +136,15 @@ def _note(s: LevelSummary) -> str:
         notes.append(", ".join(f"{k}: {v}" for k, v in sorted(s.failures_by_kind.items())))
     if not s.is_steady_window:
         notes.append("no steady window")
+    elif s.kind == "concurrency" and s.request_per_s * s.window_s < s.target:
+        # Tokens/s is still sound; a request rate from fewer completions than users is not.
+        notes.append(f"only {s.request_per_s * s.window_s:.0f} requests ended in the steady window: "
+                     "lengthen --duration for a steady req/s")
     if s.num_short_outputs:
         notes.append(f"{s.num_short_outputs} short outputs")
     if s.ttft_ms_later_turns.p50 is not None:
-        notes.append(f"TTFT p50 turn 1 {_fmt(s.ttft_ms_first_turn.p50)} ms, later turns {_fmt(s.ttft_ms_later_turns.p50)} ms")
+        first, later = _fmt(s.ttft_ms_first_turn.p50), _fmt(s.ttft_ms_later_turns.p50)
+        notes.append(f"TTFT p50 turn 1 {first} ms, later turns {later} ms")
     return "; ".join(notes)
 
 

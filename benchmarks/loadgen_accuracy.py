@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
-import tempfile
-from pathlib import Path
 
 from benchmarks.loadgen_ceiling import start_server
 from loadgen.arrivals import Level

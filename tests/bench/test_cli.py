@@ -163,3 +163,4 @@ def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_p
     assert len(rows) == 4 and "1.00" in rows[0]
     missing = bench("compare", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no run.json" in missing.stderr
+

@@ -51,7 +51,7 @@ def test_the_servers_own_metrics_are_sampled_while_levels_run(tmp_path) -> None:
     assert 1 <= view.mean_running <= 4 and view.mean_waiting is not None and 0 < view.max_kv_cache_usage <= 1
     assert "the server's own metrics" in result.stdout
     assert "The server's own metrics while each level ran" in (run_dir / "report.md").read_text()
-    assert not [pid for pid in _pids_with_argument(str(run_dir))], "the sampler outlived the sweep"
+    assert not _pids_with_argument(str(run_dir)), "the sampler outlived the sweep"
 
 
 def _pids_with_argument(argument: str) -> list[int]:
