@@ -11,6 +11,7 @@ without `/metrics` gives no samples, and nothing fails for it.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def probe(url: str) -> str | None:
 @contextmanager
 def sampling(url: str, path: Path) -> Iterator[None]:
     """Sample `url` into `path` in a child process while the block runs; stopped on every exit path."""
-    command = [sys.executable, "-m", "loadgen.telemetry", url, str(path)]
+    command = [sys.executable, "-m", "loadgen.telemetry", url, str(path), "--parent", str(os.getpid())]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -91,15 +92,19 @@ def sampling(url: str, path: Path) -> Iterator[None]:
             process.wait()
 
 
-def sample_until_stopped(url: str, path: Path, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-    """One JSON line per sample: `t` (unix seconds) and the series the server published."""
+def sample_until_stopped(
+    url: str, path: Path, interval_s: float = SAMPLE_INTERVAL_S, parent: int | None = None
+) -> None:
+    """One JSON line per sample: `t` (unix seconds) and the series the server published; until stopped,
+    or until `parent` (by default the process that started this one) is gone."""
     from loadgen.recorder import JsonlWriter
 
     # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (every line is flushed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = parent or os.getppid()
     with JsonlWriter(path) as writer, httpx.Client(timeout=interval_s * 2) as client:
         next_at = time.monotonic()
-        while True:
+        while os.getppid() == parent:  # a parent killed outright can't stop us: then we stop ourselves
             taken_at = time.time()
             try:
                 response = client.get(url)
@@ -152,8 +157,9 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("path", type=Path)
     parser.add_argument("--interval", type=float, default=SAMPLE_INTERVAL_S)
+    parser.add_argument("--parent", type=int, help="stop when this process is no longer our parent")
     args = parser.parse_args()
-    sample_until_stopped(args.url, args.path, args.interval)
+    sample_until_stopped(args.url, args.path, args.interval, args.parent)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
 from loadgen.telemetry import metrics_url, parse_metrics, server_view
+from tests.servers import is_running
 
 # The lines llama.cpp's server publishes with --metrics (names and types as it writes them).
 LLAMACPP_PAGE = """\
@@ -65,3 +73,27 @@ def test_a_levels_view_uses_only_the_samples_taken_while_it_ran() -> None:
 def test_the_metrics_page_sits_beside_the_api() -> None:
     assert metrics_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/metrics"
     assert metrics_url("http://host/v1/") == "http://host/metrics"
+
+
+
+@pytest.mark.parametrize("kill_after_s", [0.0, 1.5])  # before the sampler is up, and while it samples
+def test_the_sampler_stops_by_itself_when_its_parent_is_killed(tmp_path, kill_after_s: float) -> None:
+    """A sweep killed with SIGKILL can't stop its sampler; the sampler notices and exits."""
+    script = (
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'loadgen.telemetry', 'http://127.0.0.1:9/metrics', "
+        f"'{tmp_path / 't.jsonl'}', '--interval', '0.1', '--parent', str(os.getpid())])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    sampler = int(parent.stdout.readline())
+    time.sleep(kill_after_s)
+    assert is_running(sampler)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while is_running(sampler) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not is_running(sampler), "the sampler outlived its parent"
