@@ -15,10 +15,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from engines.launch import EngineStartError, ProcessSpec, check_port_free, free_port, run_process
+from engines.launch import EngineStartError, ProcessSpec, Started, check_port_free, free_port, run_process
 from engines.types import Endpoint, EngineInfo
 
 ENGINE_LOG = "engine.log"
@@ -55,21 +56,16 @@ def launch_reference(
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Start `python -m engines.reference` with the model and flags given, yield its endpoint, stop it."""
     args = dict(args or {})
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    base_url = f"http://127.0.0.1:{port}/v1"
+    port, root = _local_port(port)
     command = reference_command(model, port, args)
-    spec = ProcessSpec("reference", command, [base_url.removesuffix("/v1") + "/health"],
-                       ready_timeout_s=ready_timeout_s)
+    spec = ProcessSpec("reference", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = _served_model(base_url)
+        served = _served_model(root + "/v1")
         info = EngineInfo(
             name="reference", model=served, version=_tool_version(), launched_by="bench",
-            details={"command": command, "model_argument": model, "engine_args": args,
-                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+            details=_details(started, command=command, model_argument=model, engine_args=args),
         )
-        yield Endpoint(base_url, served), info
+        yield Endpoint(root + "/v1", served), info
 
 
 LLAMACPP_RUNNER_ARGS = {"parallel", "ctx-per-slot", "threads", "batch-size", "ubatch-size", "alias"}
@@ -108,21 +104,16 @@ def launch_llamacpp(
     model_path = default_gguf() if model == "default" else Path(model)
     if not model_path.is_file() or model_path.suffix != ".gguf":
         raise EngineStartError(f"--model {model}: llama.cpp needs a .gguf file")
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    base_url = f"http://127.0.0.1:{port}/v1"
+    port, root = _local_port(port)
     command, source = llamacpp_command(model_path, port, dict(args or {}))
-    spec = ProcessSpec("llamacpp", command, [base_url.removesuffix("/v1") + "/health"],
-                       ready_timeout_s=ready_timeout_s)
+    spec = ProcessSpec("llamacpp", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = _served_model(base_url)
+        served = _served_model(root + "/v1")
         info = EngineInfo(
             name="llamacpp", model=served, version=source, launched_by="bench",
-            details={"command": command, "model_path": str(model_path), "engine_args": args or {},
-                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+            details=_details(started, command=command, model_path=str(model_path), engine_args=args or {}),
         )
-        yield Endpoint(base_url, served), info
+        yield Endpoint(root + "/v1", served), info
 
 
 VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"
@@ -166,19 +157,11 @@ def launch_vllm(
         # (0.9) leaves too little for anything else on the machine, the load generator included.
         args.setdefault("gpu-memory-utilization", VLLM_CPU_MEMORY_SHARE)
     model, served = checkpoint_model(model)
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    root = f"http://127.0.0.1:{port}"
+    port, root = _local_port(port)
     command = vllm_command(python, model, served, port, args)
-    spec = ProcessSpec("vllm", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        info = EngineInfo(
-            name="vllm", model=served, version=_server_version(root, "/version"), launched_by="bench",
-            details={"command": command, "engine_args": args, "python": python,
-                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
-        )
-        yield Endpoint(root + "/v1", served), info
+    details = {"command": command, "engine_args": args, "python": python}
+    with _checkpoint_server(run_dir, "vllm", served, root, ready_timeout_s, ["/version"], details) as launched:
+        yield launched
 
 
 def sglang_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
@@ -196,19 +179,25 @@ def launch_sglang(
     args = dict(args or {})
     python = engine_python(args, SGLANG_PYTHON_ENV)
     model, served = checkpoint_model(model)
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    root = f"http://127.0.0.1:{port}"
+    port, root = _local_port(port)
     command = sglang_command(python, model, served, port, args)
-    spec = ProcessSpec("sglang", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
+    details = {"command": command, "engine_args": args, "python": python}
+    version_paths = ["/server_info", "/get_server_info"]
+    with _checkpoint_server(run_dir, "sglang", served, root, ready_timeout_s, version_paths, details) as launched:
+        yield launched
+
+
+@contextmanager
+def _checkpoint_server(
+    run_dir: Path, name: str, served: str, root: str, ready_timeout_s: float, version_paths: list[str],
+    details: dict[str, Any],
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """vLLM's or SGLang's OpenAI server running `details["command"]`: ready when /health answers; its
+    version from the first of `version_paths` that gives one."""
+    spec = ProcessSpec(name, details["command"], [root + "/health"], ready_timeout_s=ready_timeout_s)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
-        version = _server_version(root, "/server_info", "/get_server_info")
-        info = EngineInfo(
-            name="sglang", model=served, version=version, launched_by="bench",
-            details={"command": command, "engine_args": args, "python": python,
-                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
-        )
+        info = EngineInfo(name=name, model=served, version=_server_version(root, *version_paths),
+                          launched_by="bench", details=_details(started, **details))
         yield Endpoint(root + "/v1", served), info
 
 
@@ -242,18 +231,14 @@ def launch_ollama(
     must already be pulled: nothing is downloaded."""
     if model == "default":
         raise EngineStartError("--engine ollama needs --model, an Ollama model name such as llama3.2:1b")
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    root = f"http://127.0.0.1:{port}"
+    port, root = _local_port(port)
     command, env = ollama_command(port, dict(args or {}))
     spec = ProcessSpec("ollama", command, [root + "/api/version"], env=env, ready_timeout_s=ready_timeout_s)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
         served = _pulled_ollama_model(root, model, env.get("OLLAMA_MODELS", "~/.ollama/models"))
         info = EngineInfo(
             name="ollama", model=served, version=_server_version(root, "/api/version"), launched_by="bench",
-            details={"command": command, "env": env, "model_argument": model, "engine_args": args or {},
-                     "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid},
+            details=_details(started, command=command, env=env, model_argument=model, engine_args=args or {}),
         )
         yield Endpoint(root + "/v1", served), info
 
@@ -267,6 +252,19 @@ def _pulled_ollama_model(root: str, model: str, models_dir: str) -> str:
             return name
     raise EngineStartError(f"--model {model}: not among the models Ollama has in {models_dir} "
                            f"({', '.join(names) or 'none'}); run `ollama pull {model}` first")
+
+
+def _local_port(port: int | None) -> tuple[int, str]:
+    """The port asked for (refused at once when taken) or a free one, and the server's root URL on it."""
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    return port, f"http://127.0.0.1:{port}"
+
+
+def _details(started: Started, **details: Any) -> dict[str, Any]:
+    """What run.json keeps of a launched process: the launcher's details, then time-to-ready and pid."""
+    return {**details, "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid}
 
 
 def _server_version(root: str, *paths: str) -> str | None:

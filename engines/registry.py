@@ -38,39 +38,17 @@ def _endpoint(o: EngineFile) -> Launcher:
     return lambda run_dir: use_endpoint(endpoint)
 
 
-def _reference(o: EngineFile) -> Launcher:
-    from engines.process import launch_reference
+def _local_process(launcher_name: str) -> Callable[[EngineFile], Launcher]:
+    """A kind launched by `engines.process.<launcher_name>` with the model (or `default`), flags and port."""
 
-    args = _args(o)
-    return lambda run_dir: launch_reference(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+    def make(o: EngineFile) -> Launcher:
+        from engines import process
 
+        launch = getattr(process, launcher_name)
+        args = _args(o)
+        return lambda run_dir: launch(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
 
-def _llamacpp(o: EngineFile) -> Launcher:
-    from engines.process import launch_llamacpp
-
-    args = _args(o)
-    return lambda run_dir: launch_llamacpp(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
-
-
-def _vllm(o: EngineFile) -> Launcher:
-    from engines.process import launch_vllm
-
-    args = _args(o)
-    return lambda run_dir: launch_vllm(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
-
-
-def _sglang(o: EngineFile) -> Launcher:
-    from engines.process import launch_sglang
-
-    args = _args(o)
-    return lambda run_dir: launch_sglang(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
-
-
-def _ollama(o: EngineFile) -> Launcher:
-    from engines.process import launch_ollama
-
-    args = _args(o)
-    return lambda run_dir: launch_ollama(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+    return make
 
 
 def _container_kind(kind: str) -> Callable[[EngineFile], Launcher]:
@@ -118,12 +96,12 @@ def _gpus(o: EngineFile) -> str | list[int] | None:
 
 
 ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
-    "reference": _reference,
-    "llamacpp": _llamacpp,
+    "reference": _local_process("launch_reference"),
+    "llamacpp": _local_process("launch_llamacpp"),
     "endpoint": _endpoint,
-    "vllm": _vllm,
-    "sglang": _sglang,
-    "ollama": _ollama,
+    "vllm": _local_process("launch_vllm"),
+    "sglang": _local_process("launch_sglang"),
+    "ollama": _local_process("launch_ollama"),
     "vllm-docker": _container_kind("vllm-docker"),
     "sglang-docker": _container_kind("sglang-docker"),
     "trtllm-docker": _container_kind("trtllm-docker"),
