@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from reports.results import server_views
 from tests.bench.test_cli import bench, only_run_dir
 from tests.servers import is_running
 
 
-def test_sweep_launches_measures_and_stops_the_reference_engine(tmp_path) -> None:
-    result = bench("sweep", "--model", "dummy:tiny", "--concurrency", "1,4", "--requests", "8",
-                   "--input-tokens", "32", "--output-tokens", "8", "--out", str(tmp_path), timeout=180)
+def _sweep_tiny(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
+    """`bench sweep` of the reference engine on the tiny dummy model: its output, run directory and run.json."""
+    result = bench("sweep", "--model", "dummy:tiny", "--input-tokens", "32", *flags, "--out", str(tmp_path),
+                   timeout=180)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
-    run = json.loads((run_dir / "run.json").read_text())
+    return result, run_dir, json.loads((run_dir / "run.json").read_text())
+
+
+def test_sweep_launches_measures_and_stops_the_reference_engine(tmp_path) -> None:
+    _, run_dir, run = _sweep_tiny(tmp_path, "--concurrency", "1,4", "--requests", "8", "--output-tokens", "8")
     assert run["status"] == "complete"
     assert run["engine"]["name"] == "reference" and run["engine"]["launched_by"] == "bench"
     assert run["engine"]["details"]["time_to_ready_s"] > 0
@@ -38,11 +45,7 @@ def test_an_engine_that_fails_to_start_reports_its_log_and_keeps_it(tmp_path) ->
 
 
 def test_the_servers_own_metrics_are_sampled_while_levels_run(tmp_path) -> None:
-    result = bench("sweep", "--model", "dummy:tiny", "--concurrency", "4", "--duration", "4",
-                   "--input-tokens", "32", "--output-tokens", "48", "--out", str(tmp_path), timeout=180)
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    run = json.loads((run_dir / "run.json").read_text())
+    result, run_dir, run = _sweep_tiny(tmp_path, "--concurrency", "4", "--duration", "4", "--output-tokens", "48")
     assert run["telemetry"]["sampled"] is True and run["telemetry"]["metrics_url"].endswith("/metrics")
     samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
     assert len(samples) >= 3 and all("requests_running" in s and "kv_cache_usage" in s for s in samples)
