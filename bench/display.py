@@ -11,6 +11,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from costmodel.units import share
 from engines.registry import Availability
 from loadgen.arrivals import Level
 from loadgen.metrics import LevelSummary
@@ -89,10 +90,8 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
     for name in ("level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"):
         table.add_column(name, justify="left" if name == "level" else "right")
     for v in views:
-        kv = f"{v.max_kv_cache_usage:.0%}" if v.max_kv_cache_usage is not None else "-"
-        hits = f"{v.prefix_cache_hit_rate:.0%}" if v.prefix_cache_hit_rate is not None else "-"
-        table.add_row(v.level, str(v.num_samples), _fmt(v.mean_running), _fmt(v.mean_waiting), kv,
-                      _fmt(v.preemptions, 0), hits)
+        table.add_row(v.level, str(v.num_samples), _fmt(v.mean_running), _fmt(v.mean_waiting),
+                      share(v.max_kv_cache_usage), _fmt(v.preemptions, 0), share(v.prefix_cache_hit_rate))
     return table
 
 

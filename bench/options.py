@@ -62,9 +62,9 @@ def build_scenario(name_or_path: str, flags: SweepOverrides) -> Scenario:
         workload["output_tokens"] = parse_length_spec(flags.output_tokens).model_dump()
     if flags.shared_prefix is not None:
         workload["shared_prefix"] = _parse_shared_prefix(flags.shared_prefix)
-    if flags.turns is not None and flags.turns < 1:
-        raise ValueError(f"--turns {flags.turns}: expected a whole number >= 1 (turns per conversation)")
     if flags.turns is not None:
+        if flags.turns < 1:
+            raise ValueError(f"--turns {flags.turns}: expected a whole number >= 1 (turns per conversation)")
         workload["multi_turn"] = {"turns": flags.turns} if flags.turns > 1 else None
     if flags.api is not None:
         workload["api"] = flags.api

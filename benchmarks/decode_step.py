@@ -26,7 +26,7 @@ CONTEXT_TOKENS = 128
 
 def read_bandwidth_gb_s(size_mib: int = 1024, repeats: int = 9) -> float:
     """Bytes read per second by `tensor.sum()` over a float32 tensor of `size_mib` (median of repeats)."""
-    data = torch.ones(size_mib * 1024 * 1024 // 4, dtype=torch.float32)
+    data = torch.rand(size_mib * 1024 * 1024 // 4, dtype=torch.float32)  # distinct pages: none shared or cached
     data.sum()  # touch every page once
     times = []
     for _ in range(repeats):
@@ -46,16 +46,18 @@ def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
     """Median time of one engine step while `batch` requests decode at about CONTEXT_TOKENS of context."""
     params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, temperature=0.0)
     prompt = [(7 * i) % 1000 + 10 for i in range(CONTEXT_TOKENS)]
-    for i in range(batch):
-        engine.add_request(f"r{batch}-{i}", prompt[i % 7 :] + prompt[: i % 7], params)
-    while any(state.seq.num_computed_tokens < CONTEXT_TOKENS for state in engine._requests.values()):
-        engine.step()  # prefill
+    request_ids = [f"r{batch}-{i}" for i in range(batch)]
+    for i, request_id in enumerate(request_ids):
+        engine.add_request(request_id, prompt[i % 7 :] + prompt[: i % 7], params)
+    prefilled: set[str] = set()
+    while len(prefilled) < batch:  # a request's first token comes with the end of its prefill
+        prefilled.update(output.request_id for output in engine.step())
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - start)
-    for request_id in list(engine._requests):
+    for request_id in request_ids:
         engine.abort(request_id)
     return statistics.median(times[2:]) * 1000
 
