@@ -5,8 +5,6 @@ Imports stay light (no torch): `bench --help` must answer at once.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -15,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bench import report_cmd
+from bench import report_cmd, stopping
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
@@ -70,6 +68,7 @@ def sweep(
     report: bool = typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end."),
 ) -> None:
     """Measure an engine at each load level and write a run directory."""
+    stopping.install()
     from bench.display import RichSweepProgress, summary_table
     from bench.options import SweepOverrides, build_scenario
     from bench.scenario import ScenarioError
@@ -78,7 +77,7 @@ def sweep(
     from engines.engine_file import EngineFile, load_engine_file
     from engines.launch import EngineStartError
     from engines.process import parse_engine_args
-    from engines.registry import EngineError, make_launcher
+    from engines.registry import EngineError, is_container_kind, make_launcher
 
     overrides = SweepOverrides(
         concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
@@ -97,7 +96,9 @@ def sweep(
                            tokenizer=prompt_tokenizer), make_launcher(spec)) for spec in specs]
     except (ScenarioError, EngineError, EngineStartError, ValueError) as exc:
         fail(str(exc))
-    _terminate_like_interrupt()
+    except KeyboardInterrupt:
+        raise typer.Exit(stopping.exit_code()) from None
+    _warn_about_leftovers(containers=any(is_container_kind(spec.engine) for spec in specs))
     results = []
     for plan, launcher in runs:
         try:
@@ -107,7 +108,7 @@ def sweep(
             fail(str(exc))
         except KeyboardInterrupt:
             errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")
-            raise typer.Exit(130) from None
+            raise typer.Exit(stopping.exit_code()) from None
     console.print(summary_table([s for result in results for s in result.summaries], title=resolved.name))
     for result in results:
         _print_server_view(result.run_dir)
@@ -174,17 +175,21 @@ def serve(
     api_key: str = typer.Option(None, help="Require 'Authorization: Bearer KEY' on /v1 routes."),
 ) -> None:
     """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI."""
-    from engines.reference.server import ServerOptions
-    from engines.reference.server import serve as serve_forever
-
+    stopping.install()
     try:
+        from engines.reference.server import ServerOptions
+        from engines.reference.server import serve as serve_forever
+
         options = ServerOptions(model=model, served_model_name=served_model_name, batching=batching,
                                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                 kv_cache_tokens=kv_cache_tokens, prefix_cache=prefix_cache, device=device,
                                 dtype=dtype, host=host, port=port, api_key=api_key)
-        serve_forever(options)
+        stopped_by = serve_forever(options)
     except (ValueError, OSError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # a stop signal while the model was still loading
+        raise typer.Exit(stopping.exit_code()) from None
+    raise typer.Exit(128 + stopped_by if stopped_by else 0)
 
 
 @app.command()
@@ -219,15 +224,45 @@ def _load_tokenizer(path: Path | None):  # type: ignore[no-untyped-def]
     return TokenizerFile(path)
 
 
-def _terminate_like_interrupt() -> None:
-    """SIGTERM ends a sweep the way Ctrl-C does: records kept, whatever was started stopped. It is turned
-    into SIGINT, so the running event loop cancels its level cleanly (an exception raised straight from a
-    signal handler can land inside a transport callback, where the loop swallows it)."""
+@app.command()
+def clean(dry_run: bool = typer.Option(False, help="Only list what would be removed.")) -> None:
+    """Stop the engine processes and remove the containers that a bench command which died left behind."""
+    from engines import lifeline
+    from engines.docker import docker_client
+    from engines.launch import EngineStartError
 
-    def handler(signum: int, frame: object) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
+    try:
+        client = docker_client()
+    except EngineStartError as exc:
+        client = None
+        errors.print(f"containers not checked: {escape(str(exc))}", highlight=False)
+    found = lifeline.leftover_processes() + (lifeline.leftover_containers(client) if client else [])
+    if not found:
+        console.print("nothing left behind")
+        return
+    for item in found:
+        console.print(f"{'would remove' if dry_run else 'removing'} {item.describe()}", highlight=False)
+    if not dry_run:
+        lifeline.remove_leftovers(found, client)
 
-    signal.signal(signal.SIGTERM, handler)
+
+def _warn_about_leftovers(containers: bool) -> None:
+    """Engines an earlier command left running hold ports, memory and GPUs: say so before measuring."""
+    from engines import lifeline
+
+    found = lifeline.leftover_processes()
+    if containers:
+        from engines.docker import docker_client
+        from engines.launch import EngineStartError
+
+        try:
+            found += lifeline.leftover_containers(docker_client())
+        except EngineStartError:
+            pass
+    if found:
+        names = ", ".join(item.describe() for item in found[:5]) + (" ..." if len(found) > 5 else "")
+        errors.print(f"[yellow]warning:[/] {len(found)} engine(s) left running by a bench command that died: "
+                     f"{escape(names)}; `bench clean` removes them", highlight=False)
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

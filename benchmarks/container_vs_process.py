@@ -2,8 +2,8 @@
 
 Sweeps the reference engine twice with one workload: launched as a local process, then inside a podman
 container (Docker API) built from an empty image with this machine's Python and this project mounted
-read-only, so both run the same code on the same cores. Prints output tokens/s and TTFT per level and
-the container/process ratio. Needs podman; it serves podman's Docker API itself when DOCKER_HOST is unset.
+read-only, so both run the same code on the same cores (tests/podman.py). Prints output tokens/s and TTFT
+per level and the container/process ratio. Needs podman; it serves podman's Docker API itself.
 
     python benchmarks/container_vs_process.py [--model default] [--levels 1,4,8] [--duration 20]
 """
@@ -11,54 +11,19 @@ the container/process ratio. Needs podman; it serves podman's Docker API itself 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tarfile
 import tempfile
-import time
 from pathlib import Path
 
-from bench.scenario import Scenario
-from bench.sweep import SweepPlan, run_sweep
-from engines.engine_file import EngineFile
-from engines.registry import make_launcher
-from loadgen.metrics import LevelSummary
-from loadgen.workload import LengthDistribution, Workload
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/podman.py
 
-ROOT = Path(__file__).resolve().parents[1]
-IMAGE = "localhost/bench-empty:test"
-
-
-def podman_api(folder: Path) -> subprocess.Popen[bytes] | None:
-    """Serve podman's Docker API on a socket of our own (unless DOCKER_HOST already names one)."""
-    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "tests" / "containers.conf")}
-    os.environ["CONTAINERS_CONF"] = env["CONTAINERS_CONF"]
-    rootfs = folder / "rootfs"
-    for name in ("tmp", "proc", "sys", "dev", "etc", "root", "usr", "lib", "lib64", "bin", "sbin"):
-        (rootfs / name).mkdir(parents=True, exist_ok=True)
-    with tarfile.open(folder / "rootfs.tar", "w") as tar:
-        tar.add(rootfs, arcname=".")
-    subprocess.run(["podman", "import", str(folder / "rootfs.tar"), IMAGE], env=env, check=True, capture_output=True)
-    if os.environ.get("DOCKER_HOST"):
-        return None
-    socket = folder / "podman.sock"
-    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"], env=env)
-    while not socket.exists():
-        time.sleep(0.1)
-    os.environ["DOCKER_HOST"] = f"unix://{socket}"
-    return service
-
-
-def container_spec(model: str) -> EngineFile:
-    mounts = ["/usr", "/lib", "/lib64", "/bin", "/sbin", sys.base_prefix, sys.prefix, str(ROOT)]
-    return EngineFile(
-        engine="container", name="reference-container", image=IMAGE, gpus="none", served_model=model,
-        command=[sys.executable, "-m", "engines.reference", "--model", model, "--served-model-name", model,
-                 "--host", "0.0.0.0", "--port", "8000"],
-        container_port=8000, working_dir=str(ROOT), ready_timeout_s=300,
-        volumes={path: f"{path}:ro" for path in dict.fromkeys(mounts) if Path(path).exists()},
-    )
+from bench.scenario import Scenario  # noqa: E402
+from bench.sweep import SweepPlan, run_sweep  # noqa: E402
+from engines.engine_file import EngineFile  # noqa: E402
+from engines.registry import make_launcher  # noqa: E402
+from loadgen.metrics import LevelSummary  # noqa: E402
+from loadgen.workload import LengthDistribution, Workload  # noqa: E402
+from tests.podman import podman_docker_api, reference_container_file  # noqa: E402
 
 
 def sweep(spec: EngineFile, levels: list[int], duration_s: float, out: Path) -> list[LevelSummary]:
@@ -77,16 +42,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/container-vs-process"))
     args = parser.parse_args()
     levels = [int(v) for v in args.levels.split(",")]
-    with tempfile.TemporaryDirectory() as tmp:
-        service = podman_api(Path(tmp))
-        try:
-            process = sweep(EngineFile(engine="reference", model=args.model, args={"served-model-name": args.model}),
-                            levels, args.duration, args.out)
-            container = sweep(container_spec(args.model), levels, args.duration, args.out)
-        finally:
-            if service is not None:
-                service.terminate()
-                service.wait(timeout=20)
+    with tempfile.TemporaryDirectory() as tmp, podman_docker_api(Path(tmp)):
+        process = sweep(EngineFile(engine="reference", model=args.model, args={"served-model-name": args.model}),
+                        levels, args.duration, args.out)
+        container = sweep(EngineFile.model_validate(reference_container_file(args.model)), levels, args.duration,
+                          args.out)
     for p, c in zip(process, container, strict=True):
         print(f"{p.level:>4s}  process {p.output_tokens_per_s:7.1f} tok/s, TTFT p50 {p.ttft_ms.p50:8.1f} ms  |  "
               f"container {c.output_tokens_per_s:7.1f} tok/s, TTFT p50 {c.ttft_ms.p50:8.1f} ms  |  "

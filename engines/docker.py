@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 
-from engines.launch import EngineStartError, check_port_free, free_port
+from engines import lifeline
+from engines.launch import EngineStartError, check_port_free, free_port, stop_signals_held
 from engines.process import engine_arg_flags
 from engines.types import Endpoint, EngineInfo
 
 LOG_TAIL_LINES = 25
-LABEL = "llm-selfhost-bench"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 
 
@@ -61,6 +61,9 @@ class ContainerSpec:
     gpus: str | list[int] | None = "all"
     shm_size: str | None = None
     ipc_host: bool = True
+    # An init process as PID 1 passes SIGTERM on: an engine that is PID 1 itself ignores it until it has
+    # installed its own handler, so a container stopped while loading would wait out the whole stop timeout.
+    init: bool = True
     working_dir: str | None = None
     ready_timeout_s: float = 1800.0
 
@@ -128,13 +131,18 @@ def docker_client() -> Any:
     return client
 
 
-def run_kwargs(spec: ContainerSpec, host_port: int) -> dict[str, Any]:
-    """The arguments of `containers.run` for a spec: published on 127.0.0.1 only, GPUs as asked."""
+def container_name(spec: ContainerSpec) -> str:
+    return f"bench-{spec.engine}-{uuid.uuid4().hex[:8]}"
+
+
+def run_kwargs(spec: ContainerSpec, host_port: int, name: str | None = None, run_id: str = "") -> dict[str, Any]:
+    """The arguments of `containers.run` for a spec: published on 127.0.0.1 only, GPUs as asked, labelled
+    with its engine, its owner and its run (`engines.lifeline`)."""
     import docker
 
     kwargs: dict[str, Any] = {
         "image": spec.image, "command": spec.command, "detach": True,
-        "name": f"bench-{spec.engine}-{uuid.uuid4().hex[:8]}", "labels": {LABEL: spec.engine},
+        "name": name or container_name(spec), "labels": lifeline.container_labels(spec.engine, run_id),
         "ports": {f"{spec.container_port}/tcp": ("127.0.0.1", host_port)},
         "environment": dict(spec.env),
         "volumes": {host: _bind(inside) for host, inside in spec.volumes.items()},
@@ -144,6 +152,8 @@ def run_kwargs(spec: ContainerSpec, host_port: int) -> dict[str, Any]:
     elif spec.gpus:
         ids = [str(i) for i in spec.gpus]
         kwargs["device_requests"] = [docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if spec.init:
+        kwargs["init"] = True
     if spec.ipc_host:
         kwargs["ipc_mode"] = "host"
     if spec.shm_size:
@@ -181,16 +191,24 @@ def ensure_image(client: Any, image: str, log: Any = None) -> Any:
 def launch_container(
     run_dir: Path, spec: ContainerSpec, port: int | None = None, client: Any = None
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path."""
+    """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path, and
+    if this process dies, the lifeline's watcher removes it."""
     client = client or docker_client()
     if port is not None:
         check_port_free(port)
     host_port = port or free_port()
     log_path = run_dir / "engine.log"
+    name = container_name(spec)
     with log_path.open("ab") as log:
         image = ensure_image(client, spec.image, log)
         started_at = time.monotonic()
-        container = client.containers.run(**run_kwargs(spec, host_port))
+        watcher = lifeline.start_watcher(log_path, container=name)  # before the container exists: no gap
+        try:
+            container = client.containers.run(**run_kwargs(spec, host_port, name, run_dir.name))
+        except BaseException:
+            lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
+            lifeline.stand_down(watcher)
+            raise
         follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
         follower.start()
         try:
@@ -208,6 +226,7 @@ def launch_container(
             yield Endpoint(base_url + "/v1", spec.served_model), info
         finally:
             stop_and_remove(container)
+            lifeline.stand_down(watcher)
             follower.join(timeout=5)
 
 
@@ -260,7 +279,13 @@ def _engine_version(base_url: str, spec: ContainerSpec) -> str | None:
 
 
 def stop_and_remove(container: Any, timeout_s: int = 15) -> None:
-    """SIGTERM, then SIGKILL after `timeout_s`, then remove: nothing is left behind."""
+    """SIGTERM, then SIGKILL after `timeout_s`, then remove: nothing is left behind (and a stop signal
+    arriving meanwhile waits until it is done)."""
+    with stop_signals_held():
+        _stop_and_remove(container, timeout_s)
+
+
+def _stop_and_remove(container: Any, timeout_s: int) -> None:
     import docker
 
     try:

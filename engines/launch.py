@@ -3,8 +3,10 @@
 A process is started in its own session (its own process group), its output goes to the run's
 `engine.log`, and readiness is polled at `/health` (or `/v1/models`) while the process is watched: if it
 dies during start-up the error carries the last lines of its log. On leaving the context, however it is
-left (normal end, exception, Ctrl-C, SIGTERM turned into KeyboardInterrupt), the whole group gets SIGTERM,
-then SIGKILL if it has not exited in time. Nothing is left running.
+left (normal end, exception, Ctrl-C, SIGTERM or SIGHUP turned into KeyboardInterrupt), the whole group
+gets SIGTERM, then SIGKILL if it has not exited in time; a stop signal arriving meanwhile waits until the
+engine is gone. If the command itself is killed outright, `engines.lifeline` stops the engine instead.
+Nothing is left running.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from engines import lifeline
 
 LOG_TAIL_LINES = 25
 POLL_INTERVAL_S = 0.25
@@ -61,22 +66,29 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
 
 @contextmanager
 def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
-    """Start `spec.command`, wait until ready, yield, and always stop its whole process group."""
+    """Start `spec.command`, wait until ready, yield, and always stop its whole process group.
+
+    The process is tied to this one (`engines.lifeline`): marked with its owner and the run id (the name of
+    the directory that holds the log), killed by the kernel if this process dies, and watched."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env, **lifeline.process_marks(log_path.parent.name)}
     with log_path.open("ab") as log:
         started_at = time.monotonic()
         try:
             process = subprocess.Popen(
                 spec.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env={**os.environ, **spec.env},
+                start_new_session=True, env=env, preexec_fn=lifeline.die_with_parent(),
             )
         except FileNotFoundError:
             raise EngineStartError(f"{spec.name}: cannot run '{spec.command[0]}': not found") from None
+        watcher = None
         try:
+            watcher = lifeline.start_watcher(log_path, group=process.pid)
             _wait_until_ready(spec, process, log_path, started_at)
             yield Started(process.pid, time.monotonic() - started_at)
         finally:
             stop_process_group(process)
+            lifeline.stand_down(watcher)
 
 
 def _wait_until_ready(spec: ProcessSpec, process: subprocess.Popen[bytes], log_path: Path, started_at: float) -> None:
@@ -103,8 +115,34 @@ def _answers(client: httpx.Client, url: str) -> bool:
         return False
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Stopping an engine is not itself interrupted: a stop signal that arrives meanwhile is held, then
+    delivered to its previous handler once the block is done (only the main thread can handle signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float | None = None) -> None:
     """SIGTERM the process's group, then SIGKILL it if anything is still running after `grace_s`."""
+    with stop_signals_held():
+        _stop_process_group(process, STOP_GRACE_S if grace_s is None else grace_s)
+
+
+def _stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
     try:
         group = os.getpgid(process.pid)
     except ProcessLookupError:

@@ -109,6 +109,10 @@ ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
 }
 
 
+def is_container_kind(kind: str) -> bool:
+    return kind == "container" or kind.endswith("-docker")
+
+
 def make_launcher(options: EngineFile) -> Launcher:
     if options.engine not in ENGINES:
         raise EngineError(f"unknown --engine '{options.engine}'; choose one of: {', '.join(sorted(ENGINES))}")

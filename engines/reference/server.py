@@ -262,8 +262,12 @@ class Server:
 # ---- running it -------------------------------------------------------------------------------------
 
 
-def serve(options: ServerOptions) -> None:
-    """Load the model, serve until SIGINT/SIGTERM, then stop the step loop and close every connection.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def serve(options: ServerOptions) -> int | None:
+    """Load the model, serve until SIGINT, SIGTERM or SIGHUP, then stop the step loop and close every
+    connection. Returns the number of the signal that stopped it.
 
     The step loop runs on this thread, the one that loaded the model, and HTTP on a second one. Why: PyTorch's
     OpenMP pool belongs to the thread that ran the first parallel op; stepping on another thread adds a second
@@ -274,8 +278,14 @@ def serve(options: ServerOptions) -> None:
     loop = asyncio.new_event_loop()
     http_thread = threading.Thread(target=loop.run_forever, name="reference-server-loop", daemon=True)
     http_thread.start()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: server.async_engine.request_stop())
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        server.async_engine.request_stop()
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
     try:
         server.async_engine.attach_current_thread(loop)
         base_url = asyncio.run_coroutine_threadsafe(server.start(start_step_thread=False), loop).result()
@@ -286,6 +296,7 @@ def serve(options: ServerOptions) -> None:
         loop.call_soon_threadsafe(loop.stop)
         http_thread.join(10)
         loop.close()
+    return received[0] if received else None
 
 
 @contextlib.contextmanager

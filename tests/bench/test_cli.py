@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.servers import ScriptedServer
@@ -110,19 +111,30 @@ def test_malformed_scenarios_name_the_file_and_field(scripted, tmp_path, text: s
     assert str(path) in result.stderr and message in result.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_sweep_keeps_every_record_already_written(scripted, tmp_path, sig: signal.Signals) -> None:
+def _as_background_job() -> None:
+    """What a non-interactive shell does to a job it starts with `&`: SIGINT and SIGQUIT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background-job"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_interrupted_sweep_keeps_every_record_already_written(scripted, tmp_path, sig: signal.Signals,
+                                                              background: bool) -> None:
+    """Each stop signal ends the sweep cleanly with exit 128 + its number, even when SIGINT was inherited
+    ignored (a background job of a shell script)."""
     scripted.set_script(ttft_ms=10, itl_ms=10)
     process = subprocess.Popen([*BENCH, *sweep_args(scripted, tmp_path, "--concurrency", "4", "--duration", "60",
                                                     "--output-tokens", "10")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_as_background_job if background else None)
     try:
         records = _wait_for_records(tmp_path, at_least=12, timeout_s=20)
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=20)
     finally:
         process.kill()
-    assert process.returncode == 130, stderr
+    assert process.returncode == 128 + sig, stderr
     assert "interrupted" in stderr
     run_dir = only_run_dir(tmp_path)
     lines = (run_dir / "requests.jsonl").read_text().splitlines()
@@ -156,11 +168,48 @@ def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_p
     for _ in range(2):
         assert bench(*sweep_args(scripted, tmp_path, "--concurrency", "1,2", "--requests", "4",
                                  "--output-tokens", "8")).returncode == 0
-    run_dirs = sorted(str(p) for p in tmp_path.iterdir())
-    result = bench("compare", *run_dirs)
+    run_dirs = sorted(tmp_path.iterdir())
+    result = bench("compare", *map(str, run_dirs))
     assert result.returncode == 0, result.stderr
-    rows = [line for line in result.stdout.splitlines() if "endpoint" in line]
-    assert len(rows) == 4 and "1.00" in rows[0]
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()
+            if "endpoint" in line]
+    speed = {(run_dir.name, row["level"]): row["output_tokens_per_s"] for run_dir in run_dirs
+             for row in json.loads((run_dir / "summary.json").read_text())}
+    # run, engine, level, ok/failed, out tok/s, x: level by level, each run's speed over the first run's
+    assert [(row[0], row[2], row[5]) for row in rows] == [
+        (run_dir.name, level, f"{speed[run_dir.name, level] / speed[run_dirs[0].name, level]:.2f}")
+        for level in ("c1", "c2") for run_dir in run_dirs]
     missing = bench("compare", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no run.json" in missing.stderr
 
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_bench_serve_stops_on_each_stop_signal_even_as_a_background_job(sig: signal.Signals) -> None:
+    process = subprocess.Popen([*BENCH, "serve", "--model", "dummy:tiny", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_as_background_job)
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline()
+        assert "reference engine ready on http://127.0.0.1:" in ready, process.stderr.read() if process.stderr else ""
+        base_url = ready.split(" on ")[1].strip()
+        assert httpx.get(base_url + "/models").status_code == 200
+        process.send_signal(sig)
+        process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + sig
+
+
+def test_bench_serve_stopped_while_its_model_loads_exits_at_once() -> None:
+    process = subprocess.Popen([*BENCH, "serve", "--model", "dummy:tiny", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_as_background_job)
+    deadline = time.monotonic() + 30
+    while "libtorch" not in Path(f"/proc/{process.pid}/maps").read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)  # loading torch: inside the command, before the server's own handlers are in place
+    process.send_signal(signal.SIGTERM)
+    try:
+        stdout, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 143 and "ready" not in stdout

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 from reports.results import server_views
-from tests.bench.test_cli import bench, only_run_dir
+from tests.bench.test_cli import BENCH, bench, only_run_dir
 from tests.servers import is_running
 
 
@@ -67,3 +69,26 @@ def _pids_with_argument(argument: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_sweep_killed_outright_leaves_no_engine_and_no_sampler(tmp_path) -> None:
+    """SIGKILL gives the sweep no chance to stop anything: within 5 s its engine and sampler are gone anyway."""
+    process = subprocess.Popen([*BENCH, "sweep", "--model", "dummy:tiny", "--input-tokens", "32", "--output-tokens",
+                                "16", "--concurrency", "2", "--duration", "60", "--no-report", "--out", str(tmp_path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(p.stat().st_size for p in tmp_path.glob("*/requests.jsonl")):
+            time.sleep(0.1)
+        run_dir = only_run_dir(tmp_path)
+        engine_pid = json.loads((run_dir / "run.json").read_text())["engine"]["details"]["pid"]
+        assert is_running(engine_pid)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (is_running(engine_pid) or _pids_with_argument(str(run_dir))):
+            time.sleep(0.05)
+    finally:
+        process.kill()
+    assert not is_running(engine_pid), "the engine outlived the sweep"
+    assert not _pids_with_argument(str(run_dir)), "the sampler or the watcher outlived the sweep"

@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import docker
 import pytest
 import yaml
 
+from engines import lifeline
 from engines.docker import (
     ContainerOptions,
     ContainerSpec,
@@ -82,7 +84,8 @@ def test_missing_image_that_cannot_be_pulled_is_one_clear_error(podman_api, tmp_
             pass
 
 
-def test_sweep_interrupted_by_sigint_removes_its_container(podman_api, tmp_path) -> None:
+def _start_container_sweep(tmp_path) -> tuple[subprocess.Popen[str], Path]:
+    """`bench sweep` of the scripted server in a container, once its first records are written."""
     spec_file = tmp_path / "engine.yaml"
     spec_file.write_text(yaml.safe_dump({
         "engine": "container", "name": "scripted-container", "image": IMAGE, "command": scripted_server_command(),
@@ -93,20 +96,58 @@ def test_sweep_interrupted_by_sigint_removes_its_container(podman_api, tmp_path)
     process = subprocess.Popen([sys.executable, "-m", "bench", "sweep", "--engine-file", str(spec_file),
                                 "--concurrency", "2", "--duration", "60", "--output-tokens", "8", "--out", str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size for p in out.glob("*/requests.jsonl")):
+        time.sleep(0.2)
+    (run_dir,) = list(out.iterdir())
+    return process, run_dir
+
+
+def test_sweep_interrupted_by_sigint_removes_its_container(podman_api, tmp_path) -> None:
+    process, run_dir = _start_container_sweep(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(p.stat().st_size for p in out.glob("*/requests.jsonl")):
-            time.sleep(0.2)
-        assert our_containers(docker.from_env()), "the container should be running mid-sweep"
+        (container,) = our_containers(docker.from_env())
+        assert container.labels["llm-selfhost-bench.run"] == run_dir.name
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
     assert process.returncode == 130, stderr
     assert our_containers(docker.from_env()) == []
-    (run_dir,) = list(out.iterdir())
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "interrupted" and run["engine"]["details"]["image"] == IMAGE
+
+
+def test_a_sweep_killed_outright_still_has_its_container_removed(podman_api, tmp_path) -> None:
+    process, run_dir = _start_container_sweep(tmp_path)
+    try:
+        assert our_containers(docker.from_env()), "the container should be running mid-sweep"
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and our_containers(docker.from_env()):
+            time.sleep(0.2)
+    finally:
+        process.kill()
+    assert our_containers(docker.from_env()) == []
+    assert "lifeline: the command that launched this engine died" in (run_dir / "engine.log").read_text()
+
+
+def test_bench_clean_removes_a_container_whose_command_died(podman_api, tmp_path) -> None:
+    client = docker.from_env()
+    labels = {"llm-selfhost-bench": "scripted-container", "llm-selfhost-bench.owner": "999999999:1",
+              "llm-selfhost-bench.run": "20260101T000000Z-container-chat"}
+    alive = {**labels, "llm-selfhost-bench.owner": lifeline.owner_id()}
+    for name, marks in (("bench-left-behind", labels), ("bench-still-owned", alive)):
+        client.containers.create(IMAGE, ["/bin/true"], name=name, labels=marks)
+    try:
+        result = subprocess.run([sys.executable, "-m", "bench", "clean"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "removing container bench-left-behind of run 20260101T000000Z-container-chat" in result.stdout
+        assert [c.name for c in our_containers(client)] == ["bench-still-owned"]
+    finally:
+        for container in our_containers(client):
+            container.remove(force=True)
 
 
 @pytest.mark.parametrize("gpus", ["all", [0, 2]])
@@ -125,6 +166,7 @@ def test_gpu_device_requests_are_in_the_create_request(gpus) -> None:
     else:
         assert request["DeviceIDs"] == ["0", "2"]
     assert host_config["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "18000"}]}
+    assert host_config["Init"] is True  # PID 1 passes SIGTERM on, so a container stopped while loading stops
 
 
 def test_engine_options_map_to_each_engines_own_flags(monkeypatch) -> None:
