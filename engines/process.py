@@ -80,7 +80,8 @@ def default_gguf() -> Path:
 
 
 def llamacpp_command(model: Path, port: int, args: dict[str, str]) -> tuple[list[str], str]:
-    """A `llama-server` binary when one is on PATH (what users have), else the server inside xllamacpp."""
+    """A `llama-server` binary when one is on PATH (what users have), else the server inside xllamacpp;
+    and what runs: the binary's path, or the xllamacpp package and its version."""
     args = {"parallel": "32", "ctx-per-slot": "2048", **args}
     binary = shutil.which("llama-server")
     if binary:
@@ -110,10 +111,23 @@ def launch_llamacpp(
     with run_process(spec, run_dir / ENGINE_LOG) as started:
         served = _served_model(root + "/v1")
         info = EngineInfo(
-            name="llamacpp", model=served, version=source, launched_by="bench",
-            details=_details(started, command=command, model_path=str(model_path), engine_args=args or {}),
+            name="llamacpp", model=served, version=llamacpp_version(root, source), launched_by="bench",
+            details=_details(started, command=command, binary=source, model_path=str(model_path),
+                             engine_args=args or {}),
         )
         yield Endpoint(root + "/v1", served), info
+
+
+def llamacpp_version(root: str, source: str) -> str:
+    """llama.cpp's build as its server reports it at /props (`b4500-1f3c2d1`); a build that does not know
+    its own number (`b0-unknown`, as xllamacpp's) is named by the package it came in."""
+    try:
+        build = str(httpx.get(root + "/props", timeout=5).json().get("build_info") or "")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        build = ""
+    if build and not build.startswith("b0-"):
+        return f"llama.cpp {build}"
+    return source if source.startswith("xllamacpp") else "llama.cpp (build unknown)"
 
 
 VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"

@@ -28,7 +28,14 @@ def _deltas_are_consistent(deltas: list[int], server_total: int | None) -> bool:
 
 
 def spread_proportionally(total: int, weights: list[int]) -> list[int]:
-    """Split `total` into integers proportional to `weights` (largest remainder), summing to `total`."""
+    """Split `total` into integers proportional to `weights` (largest remainder), summing to `total`. With
+    at least as many tokens as chunks, every chunk gets one first: a chunk that carried text carried a token."""
+    if 0 < len(weights) <= total:
+        return [1 + count for count in _largest_remainder(total - len(weights), weights)]
+    return _largest_remainder(total, weights)
+
+
+def _largest_remainder(total: int, weights: list[int]) -> list[int]:
     weight_sum = sum(weights)
     if weight_sum == 0:
         weights, weight_sum = [1] * len(weights), len(weights)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
+import httpx
+
+from engines.process import launch_llamacpp
+from loadgen.telemetry import metrics_url, parse_metrics, probe
 from tests.bench.test_cli import bench, only_run_dir
+from tests.engines.test_process_engines import one_chat_request
 from tests.servers import is_running
 
 
@@ -27,3 +32,17 @@ def test_unknown_engine_arg_for_the_embedded_server_names_what_it_takes(tmp_path
                    "--out", str(tmp_path))
     assert result.returncode == 2
     assert "--engine-arg flash-attn: not understood" in result.stderr and "parallel" in result.stderr
+
+
+def test_the_real_servers_metrics_and_version_are_read(tmp_path) -> None:
+    """What llama.cpp publishes at /metrics, read from the server itself: its running and waiting requests
+    and the tokens it generated map to our series (and nothing else of its page does)."""
+    with launch_llamacpp(tmp_path, args={"parallel": "2"}) as (endpoint, info):
+        assert info.version is not None and info.version.startswith("xllamacpp ")
+        assert info.details["binary"] == info.version and info.details["model_path"].endswith(".gguf")
+        record = one_chat_request(endpoint, max_tokens=8)
+        assert record.ok and record.output_tokens == 8
+        url = metrics_url(endpoint.base_url)
+        assert probe(url) is None
+        values = parse_metrics(httpx.get(url).text)
+    assert values == {"requests_running": 0, "requests_waiting": 0, "generation_tokens_total": 8}

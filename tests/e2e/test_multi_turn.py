@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import asdict
 
 from loadgen.arrivals import Level
+from loadgen.metrics import Distribution
 from loadgen.runner import LevelBounds
 from loadgen.workload import LengthDistribution, MultiTurn, Workload
 from tests.bench.test_cli import bench, only_run_dir
@@ -20,6 +22,8 @@ def test_every_turn_sends_the_conversation_so_far_with_the_servers_own_answers(s
                                   workload=workload)
     measured = [r for r in records if not r.is_warmup]
     assert s.num_failed == 0 and len(measured) == 12
+    assert s.ttft_ms_first_turn == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn == 1])
+    assert s.ttft_ms_later_turns == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn > 1])
     assert s.ttft_ms_first_turn.p50 is not None and s.ttft_ms_later_turns.p50 is not None
     by_conversation = defaultdict(list)
     for r in measured:
@@ -46,7 +50,9 @@ def test_a_sweep_of_conversations_hits_the_prefix_cache_on_later_turns(tmp_path)
     assert later and all(r["cached_tokens"] >= 64 for r in later)  # the history's full blocks came from cache
     assert json.loads((run_dir / "run.json").read_text())["scenario"]["workload"]["multi_turn"] == {"turns": 3}
     (summary,) = json.loads((run_dir / "summary.json").read_text())
-    assert summary["mean_cached_tokens"] > 0 and summary["ttft_ms_later_turns"]["p50"] is not None
+    assert summary["mean_cached_tokens"] == sum(r["cached_tokens"] for r in measured) / len(measured)
+    later_ttfts = [r["chunk_times_s"][0] * 1000 for r in later]
+    assert summary["ttft_ms_later_turns"] == asdict(Distribution.of(later_ttfts))
     assert "later turns" in result.stdout
 
 

@@ -12,22 +12,6 @@ import pytest
 from loadgen.telemetry import metrics_url, parse_metrics, server_view
 from tests.servers import is_running
 
-# The lines llama.cpp's server publishes with --metrics (names and types as it writes them).
-LLAMACPP_PAGE = """\
-# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
-# TYPE llamacpp:prompt_tokens_total counter
-llamacpp:prompt_tokens_total 1024
-# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
-# TYPE llamacpp:tokens_predicted_total counter
-llamacpp:tokens_predicted_total 512
-# HELP llamacpp:requests_processing Number of requests processing.
-# TYPE llamacpp:requests_processing gauge
-llamacpp:requests_processing 7
-# HELP llamacpp:requests_deferred Number of requests deferred.
-# TYPE llamacpp:requests_deferred gauge
-llamacpp:requests_deferred 2
-"""
-
 
 def test_the_reference_engines_page_gives_vllm_named_series() -> None:
     from engines.reference.engine import EngineStats
@@ -43,11 +27,6 @@ def test_the_reference_engines_page_gives_vllm_named_series() -> None:
     assert values["requests_running"] == 3 and values["requests_waiting"] == 5
     assert values["kv_cache_usage"] == 0.25 and values["preemptions_total"] == 1
     assert values["prefix_cache_queries_total"] == 100 and values["prefix_cache_hits_total"] == 40
-
-
-def test_llamacpp_names_map_to_the_same_series() -> None:
-    assert parse_metrics(LLAMACPP_PAGE) == {"requests_running": 7, "requests_waiting": 2,
-                                            "generation_tokens_total": 512}
 
 
 def test_series_published_per_model_are_summed() -> None:

@@ -21,7 +21,9 @@ def test_one_token_per_chunk_when_the_server_reports_nothing() -> None:
     assert assign_chunk_tokens([5, 1, 7], None, None) == ([1, 1, 1], "chunks")
 
 
-def test_spreading_always_sums_to_the_total() -> None:
+def test_spreading_always_sums_to_the_total_and_gives_every_chunk_a_token_when_there_are_enough() -> None:
     for total in range(0, 40):
         counts = spread_proportionally(total, [1, 5, 2, 9, 3])
-        assert sum(counts) == total and all(c >= 0 for c in counts)
+        assert sum(counts) == total
+        if total >= 5:  # a chunk that carried text carried at least one token
+            assert min(counts) >= 1, (total, counts)
