@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bench.scenario import Scenario, ScenarioError, load_scenario
-from loadgen.validation import describe_validation_error
+from common.validation import describe_validation_error
 from loadgen.workload import parse_length_spec
 
 

@@ -121,7 +121,7 @@ def _message(exc: Exception) -> str:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        from loadgen.validation import describe_validation_error
+        from common.validation import describe_validation_error
 
         return f"bad flag: {describe_validation_error(exc)}"
     return str(exc)

@@ -9,12 +9,11 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.validation import parse_yaml_mapping, validate
 from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.metrics import SLO
-from loadgen.validation import describe_validation_error
 from loadgen.workload import Workload
 
 
@@ -93,13 +92,5 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 
 def parse_scenario(text: str, origin: str) -> Scenario:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{origin}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{origin}: expected a mapping with name, workload, load and slo")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(f"{origin}: {describe_validation_error(exc)}") from None
+    raw = parse_yaml_mapping(text, origin, ScenarioError, "a mapping with name, workload, load and slo")
+    return validate(Scenario, raw, origin, ScenarioError)

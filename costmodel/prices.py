@@ -15,11 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.validation import parse_yaml_mapping, validate
 from costmodel.inputs import PricingKind
-from loadgen.validation import describe_validation_error
 
 MAX_PRICE_AGE_DAYS = 90
 SHIPPED_FILES = ("gpus.yaml", "providers.yaml")
@@ -162,12 +161,10 @@ def _merge(catalog: PriceCatalog, gpus: dict[str, GpuPrice], providers: dict[str
 
 
 def parse_price_file(text: str, origin: str) -> PriceCatalog:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PriceError(f"{origin}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict) or not set(raw) <= {"gpus", "providers"} or not raw:
-        raise PriceError(f"{origin}: expected a mapping with a `gpus` and/or a `providers` list of rows")
+    expected = "a mapping with a `gpus` and/or a `providers` list of rows"
+    raw = parse_yaml_mapping(text, origin, PriceError, expected)
+    if not set(raw) <= {"gpus", "providers"} or not raw:
+        raise PriceError(f"{origin}: expected {expected}")
     gpus = tuple(_rows(raw.get("gpus") or [], GpuPrice, origin, "gpus"))
     providers = tuple(_rows(raw.get("providers") or [], ProviderPrice, origin, "providers"))
     return PriceCatalog(gpus, providers, (origin,))
@@ -183,10 +180,7 @@ def _rows(raw: Any, model: type[BaseModel], origin: str, section: str) -> list[A
             raise PriceError(f"{where}: expected a mapping of fields")
         if "id" in item:
             where += f" (id '{item['id']}')"
-        try:
-            row = model.model_validate(item)
-        except ValidationError as exc:
-            raise PriceError(f"{where}: {describe_validation_error(exc)}") from None
+        row = validate(model, item, where, PriceError)
         if row.id in seen:  # type: ignore[attr-defined]
             raise PriceError(f"{where}: id appears twice in this file")
         seen.add(row.id)  # type: ignore[attr-defined]

@@ -282,17 +282,4 @@ def stop_and_remove(container: Any, timeout_s: int = 15) -> None:
     """SIGTERM, then SIGKILL after `timeout_s`, then remove: nothing is left behind (and a stop signal
     arriving meanwhile waits until it is done)."""
     with stop_signals_held():
-        _stop_and_remove(container, timeout_s)
-
-
-def _stop_and_remove(container: Any, timeout_s: int) -> None:
-    import docker
-
-    try:
-        container.stop(timeout=timeout_s)
-    except docker.errors.DockerException:
-        pass
-    try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
+        lifeline.stop_and_remove_container(container, timeout_s)

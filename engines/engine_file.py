@@ -16,10 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from loadgen.validation import describe_validation_error
+from common.validation import parse_yaml_mapping, validate
 
 
 class EngineFile(BaseModel):
@@ -56,13 +55,5 @@ def load_engine_file(path: Path) -> EngineFile:
     """Parse and validate; errors name the file and the field."""
     if not path.is_file():
         raise ValueError(f"--engine-file {path}: no such file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping with at least `engine:`")
-    try:
-        return EngineFile.model_validate(raw)
-    except ValidationError as exc:
-        raise ValueError(f"{path}: {describe_validation_error(exc)}") from None
+    raw = parse_yaml_mapping(path.read_text(), str(path), ValueError, "a mapping with at least `engine:`")
+    return validate(EngineFile, raw, str(path), ValueError)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.processes import terminate
+
 OWNER_ENV = "LLM_SELFHOST_BENCH_OWNER"
 RUN_ENV = "LLM_SELFHOST_BENCH_RUN"
 ENGINE_LABEL = "llm-selfhost-bench"  # value: the engine kind
@@ -117,14 +119,8 @@ def start_watcher(log_path: Path, group: int | None = None, container: str | Non
 
 def stand_down(watcher: subprocess.Popen[bytes] | None) -> None:
     """Tell a watcher its engine was stopped by the command itself: it exits, doing nothing."""
-    if watcher is None:
-        return
-    watcher.terminate()
-    try:
-        watcher.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        watcher.wait()
+    if watcher is not None:
+        terminate(watcher)
 
 
 def watch(parent: int, owner: str, group: int | None, container: str | None, log_path: Path | None) -> None:
@@ -216,7 +212,7 @@ def remove_containers(owner: str, name: str | None = None, client: Any = None,
         found = [c for c in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"})
                  if c.name not in removed]
         for container in found:
-            _stop_and_remove(container)
+            stop_and_remove_container(container)
             removed.append(container.name)
         if name in removed or time.monotonic() > deadline:
             return removed
@@ -231,11 +227,12 @@ def _docker() -> Any:
     return client
 
 
-def _stop_and_remove(container: Any) -> None:
+def stop_and_remove_container(container: Any, timeout_s: float = GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`, then remove; a container already gone is no error."""
     import docker
 
     try:
-        container.stop(timeout=int(GRACE_S))
+        container.stop(timeout=int(timeout_s))
     except docker.errors.DockerException:
         pass
     try:
@@ -285,7 +282,7 @@ def remove_leftovers(leftovers: list[Leftover], client: Any = None) -> None:
             import docker
 
             try:
-                _stop_and_remove(client.containers.get(item.name))
+                stop_and_remove_container(client.containers.get(item.name))
             except docker.errors.NotFound:
                 pass
 

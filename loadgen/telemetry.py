@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from common.processes import terminate
+
 SAMPLE_INTERVAL_S = 1.0
 
 # ours -> the sample names engines publish (counters with their `_total` suffix), first present wins
@@ -84,12 +86,7 @@ def sampling(url: str, path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
 
 
 def sample_until_stopped(

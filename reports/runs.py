@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from common.validation import validate
 from costmodel.inputs import DecisionSettings
 from loadgen.metrics import SLO, LevelSummary
-from loadgen.validation import describe_validation_error
 from reports.results import RunDirError, read_level_runs, read_run_json, summarize_run
 
 
@@ -107,10 +107,7 @@ def settings_from_run(run_dir: Path) -> DecisionSettings:
 
 
 def parse_settings(raw: dict[str, Any], origin: str) -> DecisionSettings:
-    try:
-        return DecisionSettings.model_validate(raw)
-    except ValidationError as exc:
-        raise ReportError(f"{origin}: {describe_validation_error(exc)}") from None
+    return validate(DecisionSettings, raw, origin, ReportError)
 
 
 def model_json(model: BaseModel | None) -> dict[str, Any] | None:

@@ -17,6 +17,8 @@ from typing import Any
 
 import aiohttp
 
+from common.processes import terminate
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
          "--remote-debugging-port=0", "--window-size=1200,900"]
@@ -56,11 +58,7 @@ def check_page(path: Path, screenshot: Path, timeout_s: float = 30) -> PageCheck
             port = _devtools_port(Path(profile), process, timeout_s)
             return asyncio.run(asyncio.wait_for(_inspect(port, path.resolve().as_uri(), screenshot), timeout_s))
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            terminate(process, timeout_s=10)
 
 
 def _devtools_port(profile: Path, process: subprocess.Popen[bytes], timeout_s: float) -> int:

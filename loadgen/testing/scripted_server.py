@@ -15,7 +15,7 @@ when 256 streams tick in the same millisecond. A request's schedule starts when 
 (`SO_TIMESTAMPNS`, on Linux), so a burst of arrivals the server is slow to read still gets its promised
 timing.
 
-    python -m loadgen.scripted_server --port 8011 --ttft-ms 100 --itl-ms 20
+    python -m loadgen.testing.scripted_server --port 8011 --ttft-ms 100 --itl-ms 20
 """
 
 from __future__ import annotations
