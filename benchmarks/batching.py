@@ -17,7 +17,7 @@ from bench.scenario import Scenario
 from bench.sweep import SweepPlan, run_sweep
 from engines.engine_file import EngineFile
 from engines.registry import make_launcher
-from loadgen.metrics import LevelSummary
+from loadgen.types import LevelSummary
 from loadgen.workload import LengthDistribution, SharedPrefix, Workload
 
 

@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from engines.reference.engine import LLMEngine
-from engines.reference.sampling import SamplingParams
-from engines.reference.weights import resolve_model
+from engines.reference.core.engine import LLMEngine
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.loading.weights import resolve_model
 
 CONTEXT_TOKENS = 128
 

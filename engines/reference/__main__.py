@@ -1,5 +1,8 @@
-"""`python -m engines.reference`: the OpenAI-compatible server (same flags as engines.reference.server)."""
+"""`python -m engines.reference`: the OpenAI-compatible server, the way the toolkit launches the engine.
 
-from engines.reference.server import main
+The flags are `engines.reference.serving.server.parse_args`'s (`--help` lists them).
+"""
+
+from engines.reference.serving.server import main
 
 raise SystemExit(main())

@@ -14,8 +14,8 @@ from tests.servers import is_running
 
 
 def test_the_reference_engines_page_gives_vllm_named_series() -> None:
-    from engines.reference.engine import EngineStats
-    from engines.reference.metrics import EngineMetrics
+    from engines.reference.core.engine import EngineStats
+    from engines.reference.serving.metrics import EngineMetrics
 
     metrics = EngineMetrics("m")
     metrics.record_step(EngineStats(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.reference.block_manager import BlockManager, OutOfBlocksError
-from engines.reference.sequence import Sequence
+from engines.reference.core.block_manager import BlockManager, OutOfBlocksError
+from engines.reference.core.sequence import Sequence
 
 BLOCK_SIZE = 4
 

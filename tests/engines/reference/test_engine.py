@@ -10,12 +10,12 @@ import random
 
 import pytest
 
-from engines.reference.config import EngineConfig
-from engines.reference.engine import LLMEngine, RequestOutput
-from engines.reference.request_state import RequestState, find_stop_string, num_held_back_chars
-from engines.reference.sampling import SamplingParams
-from engines.reference.sequence import Sequence
-from engines.reference.weights import LoadedModel, resolve_model
+from engines.reference.core.config import EngineConfig
+from engines.reference.core.engine import LLMEngine, RequestOutput
+from engines.reference.core.request_state import RequestState, find_stop_string, num_held_back_chars
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.core.sequence import Sequence
+from engines.reference.loading.weights import LoadedModel, resolve_model
 
 Result = tuple[tuple[int, ...], str, str | None]  # output token ids, text, finish reason
 

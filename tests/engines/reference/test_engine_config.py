@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from engines.reference.config import ConfigError, EngineConfig, num_kv_blocks_for_tokens
+from engines.reference.core.config import ConfigError, EngineConfig, num_kv_blocks_for_tokens
 
 
 def test_defaults_are_valid_and_continuous_with_prefix_caching() -> None:

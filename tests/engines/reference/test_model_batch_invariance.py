@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.reference.model import LlamaModel
-from engines.reference.model_runner import BatchItem, ModelRunner
-from engines.reference.weights import dummy_model
+from engines.reference.core.model import LlamaModel
+from engines.reference.core.model_runner import BatchItem, ModelRunner
+from engines.reference.loading.weights import dummy_model
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 64
@@ -136,7 +136,7 @@ def test_cuda_logits_match_cpu(dtype: torch.dtype) -> None:
 
 
 def test_decodes_of_very_different_lengths_are_attended_in_groups_of_similar_length() -> None:
-    from engines.reference.attention import MAX_DECODE_GROUPS, _similar_lengths
+    from engines.reference.core.attention import MAX_DECODE_GROUPS, _similar_lengths
 
     assert _similar_lengths([0, 1, 2], [40, 44, 48], BLOCK_SIZE) == [[0, 1, 2]]  # little padding: one call
     # One long conversation among short ones gets a group of its own instead of padding them all.

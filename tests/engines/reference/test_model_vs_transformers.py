@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from engines.reference.gguf_file import gguf_field, open_gguf
-from engines.reference.model import LlamaModel
-from engines.reference.model_runner import BatchItem, ModelRunner
-from engines.reference.weights import default_gguf_path, load_gguf, load_safetensors_dir
+from engines.reference.core.model import LlamaModel
+from engines.reference.core.model_runner import BatchItem, ModelRunner
+from engines.reference.loading.gguf_file import gguf_field, open_gguf
+from engines.reference.loading.weights import default_gguf_path, load_gguf, load_safetensors_dir
 
 transformers = pytest.importorskip("transformers")
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engines.reference.block_manager import BlockManager
-from engines.reference.config import EngineConfig
-from engines.reference.prefix_cache import PrefixCache
-from engines.reference.scheduler import Scheduler
-from engines.reference.sequence import Sequence
+from engines.reference.core.block_manager import BlockManager
+from engines.reference.core.config import EngineConfig
+from engines.reference.core.prefix_cache import PrefixCache
+from engines.reference.core.scheduler import Scheduler
+from engines.reference.core.sequence import Sequence
 
 BLOCK_SIZE = 16
 SYSTEM_PROMPT = [1000 + i for i in range(100)]

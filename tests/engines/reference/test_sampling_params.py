@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.reference.sampling import SamplingParams, make_generator, sample
+from engines.reference.core.sampling import SamplingParams, make_generator, sample
 
 VOCAB = 50
 

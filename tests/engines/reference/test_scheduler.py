@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engines.reference.config import BatchingMode, EngineConfig
-from engines.reference.scheduler import QueueFullError, Scheduler, SchedulerOutput
-from engines.reference.sequence import Sequence, SequenceStatus
+from engines.reference.core.config import BatchingMode, EngineConfig
+from engines.reference.core.scheduler import QueueFullError, Scheduler, SchedulerOutput
+from engines.reference.core.sequence import Sequence, SequenceStatus
 
 VOCAB_SIZE = 1000
 REQUEST_NUMBERS = itertools.count()
@@ -362,6 +362,34 @@ def test_preemption_frees_the_newest_running_sequence_and_requeues_it_first() ->
     output = scheduler.schedule()  # c comes back; a and b evicted its cached blocks, so all 9 are recomputed
     assert output.scheduled[0] == (seqs[2], 9, True)
     assert scheduler.block_manager.prefix_cache.num_query_tokens == num_query_tokens + 1  # only "late"
+
+
+def test_each_scheduler_keeps_its_own_arrival_order() -> None:
+    """Arrival order is the order of `add` on one scheduler: two schedulers in one process, fed in turn,
+    each start their own order, and a sequence no scheduler has queued has no arrival index yet."""
+    first, second = Scheduler(EngineConfig()), Scheduler(EngineConfig())
+    seqs_first = [Sequence(f"first{i}", [1, 2]) for i in range(3)]
+    seqs_second = [Sequence(f"second{i}", [1, 2]) for i in range(3)]
+    assert all(seq.arrival_index is None for seq in seqs_first + seqs_second)
+    for seq_first, seq_second in zip(seqs_first, seqs_second, strict=True):
+        first.add(seq_first)
+        second.add(seq_second)
+    indices_first = [seq.arrival_index for seq in seqs_first]
+    assert indices_first == [seq.arrival_index for seq in seqs_second]
+    assert indices_first == sorted(indices_first) and len(set(indices_first)) == 3
+
+
+def test_preemption_picks_the_last_sequence_added_whatever_the_order_they_were_built_in() -> None:
+    """The newest sequence is the one `add`ed last, not the one constructed last."""
+    scheduler = Scheduler(EngineConfig(block_size=4, num_kv_blocks=6, max_model_len=24))
+    runner = SlotCheckingRunner(4)
+    built = {name: Sequence(name, [10 * i + t for t in range(7)]) for i, name in enumerate("cba")}
+    for name in "abc":
+        scheduler.add(built[name])
+    for _ in range(2):  # prefill (7 tokens -> 8), decode (-> 9): 2 blocks each, the cache is full
+        output = scheduler.schedule()
+        scheduler.postprocess(output, runner.run(output))
+    assert scheduler.schedule().preempted == (built["c"],)
 
 
 def test_a_sequence_the_engine_never_stops_fails_loudly_instead_of_looping() -> None:

@@ -22,8 +22,9 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.reference.server import Server, ServerOptions, build_engine, running_server
-from engines.reference.weights import LoadedModel, resolve_model
+from engines.reference.loading.weights import LoadedModel, resolve_model
+from engines.reference.serving.options import ServerOptions
+from engines.reference.serving.server import Server, build_engine, running_server
 
 NUM_STRESS_REQUESTS = int(os.environ.get("REFERENCE_STRESS_REQUESTS", "1000"))
 MAX_MODEL_LEN = 512
@@ -354,7 +355,7 @@ def test_metrics_expose_vllm_names(server: Server, client: openai.OpenAI) -> Non
 
 
 def test_the_server_process_starts_answers_and_stops_on_sigterm() -> None:
-    command = [sys.executable, "-m", "engines.reference.server", "--model", "dummy:tiny", "--port", "0",
+    command = [sys.executable, "-m", "engines.reference", "--model", "dummy:tiny", "--port", "0",
                "--kv-cache-tokens", "2048", "--device", "cpu"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from engines.reference.config import EngineConfig
-from engines.reference.engine import LLMEngine
-from engines.reference.sampling import SamplingParams
-from engines.reference.server import Server, ServerOptions, build_engine, running_server
-from engines.reference.weights import LoadedModel, default_gguf_path, resolve_model
+from engines.reference.core.config import EngineConfig
+from engines.reference.core.engine import LLMEngine
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.loading.weights import LoadedModel, default_gguf_path, resolve_model
+from engines.reference.serving.options import ServerOptions
+from engines.reference.serving.server import Server, build_engine, running_server
 
 QUESTION = "What is the capital of France?"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from engines.reference.tokenizer import IncrementalDetokenizer, Tokenizer
-from engines.reference.weights import default_gguf_path
+from engines.reference.loading.tokenizer import IncrementalDetokenizer, Tokenizer
+from engines.reference.loading.weights import default_gguf_path
 
 EMOJI_TEXT = "😀👍🏽 family: 👨‍👩‍👧‍👦"
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from engines.reference.model import LlamaModel, ModelConfig
-from engines.reference.weights import (
+from engines.reference.core.model import LlamaModel, ModelConfig
+from engines.reference.loading.weights import (
     DUMMY_PRESETS,
     dummy_model,
     hf_model_config,

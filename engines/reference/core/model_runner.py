@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engines.reference.attention import AttentionMetadata, KVCache
-from engines.reference.model import LlamaModel
+from engines.reference.core.attention import AttentionMetadata, KVCache
+from engines.reference.core.model import LlamaModel
 
 
 @dataclass(frozen=True)

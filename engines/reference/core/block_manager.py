@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.reference.prefix_cache import BlockHashFn, PrefixCache, chain_hash
-from engines.reference.sequence import Sequence
+from engines.reference.core.prefix_cache import BlockHashFn, PrefixCache, chain_hash
+from engines.reference.core.sequence import Sequence
 
 
 class OutOfBlocksError(RuntimeError):

@@ -17,9 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from engines.reference.engine import LLMEngine, QueueFullError, RequestOutput
-from engines.reference.metrics import EngineMetrics
-from engines.reference.sampling import SamplingParams
+from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.serving.metrics import EngineMetrics
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engines.reference.sampling import SamplingParams
-from engines.reference.sequence import Sequence
-from engines.reference.tokenizer import IncrementalDetokenizer, Tokenizer
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.core.sequence import Sequence
+from engines.reference.loading.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 def find_stop_string(text: str, stops: tuple[str, ...], start: int = 0) -> int | None:

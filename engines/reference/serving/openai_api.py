@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engines.reference.engine import RequestOutput
-from engines.reference.sampling import SamplingParams
-from engines.reference.tokenizer import Tokenizer
+from engines.reference.core.engine import RequestOutput
+from engines.reference.core.sampling import SamplingParams
+from engines.reference.loading.tokenizer import Tokenizer
 
 Kind = Literal["completion", "chat"]
 _MISSING = object()

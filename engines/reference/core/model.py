@@ -6,7 +6,7 @@ batch mixes prefill chunks and single decode tokens of several sequences; `atten
 paged-cache reads and writes. The model knows nothing of scheduling, block allocation, sampling or
 tokenization, and holds no state between calls besides its weights.
 
-Weights are created uninitialised; `weights.py` fills them. Q/K/V and gate/up projections are fused
+Weights are created uninitialised; `loading/weights.py` fills them. Q/K/V and gate/up projections are fused
 (one matmul each); `qkv_proj` rows are [q | k | v], `gate_up_proj` rows are [gate | up], in Hugging Face
 Llama's head order (rotate_half rotary convention).
 """
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engines.reference.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
+from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import gguf
 import torch
 
-from engines.reference.gguf_file import gguf_hf_tensors, gguf_model_config, open_gguf
-from engines.reference.model import LlamaModel, ModelConfig, RopeScaling
-from engines.reference.tokenizer import Tokenizer
+from engines.reference.core.model import LlamaModel, ModelConfig, RopeScaling
+from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, open_gguf
+from engines.reference.loading.tokenizer import Tokenizer
 
 _LLAMA3_ROPE = RopeScaling(
     factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192

@@ -1,9 +1,10 @@
 """Tokenizer for the reference engine: text <-> token ids, chat templates and streaming detokenization.
 
 Contract: built from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE, via the `tokenizers`
-library) or from a Hugging Face `tokenizer.json` (+ tokenizer_config.json). Chat templates render in a
-sandboxed jinja2 environment. `IncrementalDetokenizer` turns a stream of ids into text deltas and never
-emits a partial UTF-8 character. Nothing here knows about models, requests or scheduling.
+library) or from a Hugging Face `tokenizer.json` (+ tokenizer_config.json); `byte_tokenizer` is the
+stand-in for models that have none (dummy weights). Chat templates render in a sandboxed jinja2
+environment. `IncrementalDetokenizer` turns a stream of ids into text deltas and never emits a partial
+UTF-8 character. Nothing here knows about models, requests or scheduling.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
-from engines.reference.gguf_file import gguf_field, open_gguf
+from engines.reference.loading.gguf_file import gguf_field, open_gguf
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -208,3 +209,27 @@ class IncrementalDetokenizer:
         full_text = self._decode(self._prefix_offset)
         self._prefix_offset = self._read_offset = len(self.token_ids)
         return full_text[len(prefix_text) :]
+
+
+def byte_tokenizer(vocab_size: int) -> Tokenizer | None:
+    """A stand-in tokenizer for models without one (dummy weights): ids 0-255 are bytes, then
+    <|endoftext|> (EOS), <|im_start|>, <|im_end|> (end of turn) and a ChatML template; every later id
+    decodes to a visible word (" t<id>"), so random weights still stream text a client can time. None if
+    the vocabulary is smaller than 259."""
+    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    if vocab_size < 256 + len(specials):
+        return None
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    others = [b for b in range(256) if b not in printable]
+    byte_to_char = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    words = {f"\u0120t{i}": i for i in range(256 + len(specials), vocab_size)}  # \u0120 is a space, byte-level
+    vocab = {byte_to_char[b]: b for b in range(256)} | {t: 256 + i for i, t in enumerate(specials)} | words
+    backend = Backend(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    return Tokenizer(backend, None, 256, template, add_bos_token=False, stop_token_ids=(256, 258))

@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP server around the reference engine (aiohttp), with Prometheus /metrics.
 
-    python -m engines.reference.server --model default --port 8000
-    serve(ServerOptions(model="dummy:tiny", port=0))          # what `bench serve` calls
+    python -m engines.reference --model default --port 8000  # engines/reference/__main__.py runs main()
+    serve(ServerOptions(model="dummy:tiny", port=0))         # what `bench serve` calls (serving/options.py)
 
 Routes: POST /v1/completions and /v1/chat/completions (SSE streaming or one JSON body), GET /v1/models,
 /health (503 once the step loop died) and /metrics. The engine steps on its own thread
@@ -13,7 +13,6 @@ Errors are OpenAI-style JSON. The server binds 127.0.0.1 unless told otherwise; 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -23,44 +22,21 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from aiohttp import web
 
-from engines.reference.async_engine import AsyncEngine, EngineDeadError, RequestStream
-from engines.reference.config import BATCHING_MODES, EngineConfig
-from engines.reference.engine import LLMEngine, QueueFullError, RequestOutput
-from engines.reference.metrics import CONTENT_TYPE, EngineMetrics
-from engines.reference.openai_api import ApiError, GenerationRequest, Kind, Limits, choice, envelope, usage
-from engines.reference.openai_api import parse_generation_request as parse
-from engines.reference.weights import LoadedModel
+from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.loading.weights import LoadedModel
+from engines.reference.serving.async_engine import AsyncEngine, EngineDeadError, RequestStream
+from engines.reference.serving.metrics import CONTENT_TYPE, EngineMetrics
+from engines.reference.serving.openai_api import ApiError, GenerationRequest, Kind, Limits, choice, envelope, usage
+from engines.reference.serving.openai_api import parse_generation_request as parse
+from engines.reference.serving.options import DTYPE_NAMES, ServerOptions, parse_args
 
 logger = logging.getLogger(__name__)
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """Everything `serve` needs; the CLI flags map one to one (device/dtype "auto": CUDA in bfloat16 if
-    available, else CPU, in bfloat16 where it has native bfloat16 math, else float32; kv_cache_tokens None:
-    a fraction of free memory)."""
-
-    model: str = "default"
-    served_model_name: str | None = None
-    batching: str = "continuous"
-    max_num_seqs: int = EngineConfig.max_num_seqs
-    max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
-    max_num_waiting: int = EngineConfig.max_num_waiting
-    max_model_len: int | None = None
-    kv_cache_tokens: int | None = None
-    prefix_cache: bool = True
-    device: str = "auto"
-    dtype: str = "auto"
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
+_DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 
 def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> LLMEngine:
@@ -316,26 +292,6 @@ def running_server(options: ServerOptions, engine: LLMEngine | None = None) -> I
         loop.close()
 
 
-def parse_args(argv: list[str] | None = None) -> ServerOptions:
-    defaults = ServerOptions()
-    parser = argparse.ArgumentParser(prog="python -m engines.reference.server", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=defaults.model, help="a .gguf file, a safetensors directory, "
-                        "dummy:<preset> or default (SmolLM2-135M-Instruct)")  # fmt: skip
-    parser.add_argument("--served-model-name", default=None, help="the model name clients send (default: the file's)")
-    parser.add_argument("--batching", choices=BATCHING_MODES, default=defaults.batching)
-    for flag in ("max_num_seqs", "max_num_batched_tokens", "max_num_waiting"):
-        parser.add_argument("--" + flag.replace("_", "-"), type=int, default=getattr(defaults, flag))
-    parser.add_argument("--max-model-len", type=int, default=None, help="default: the model's, capped by the cache")
-    parser.add_argument("--kv-cache-tokens", type=int, default=None, help="default: a fraction of free memory")
-    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=defaults.prefix_cache)
-    parser.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
-    parser.add_argument("--dtype", choices=["auto", *_DTYPES], default=defaults.dtype)
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
-    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")
-    return ServerOptions(**vars(parser.parse_args(argv)))
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_args(argv)
@@ -345,6 +301,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,22 +14,22 @@ the counters a server turns into metrics.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 import torch
 
-from engines.reference.config import DEFAULT_KV_CACHE_TOKENS, EngineConfig
-from engines.reference.model_runner import BatchItem, ModelRunner
-from engines.reference.request_state import RequestState
-from engines.reference.sampling import SamplingParams, make_generator, sample
-from engines.reference.scheduler import QueueFullError, Scheduler, SchedulerOutput
-from engines.reference.sequence import Sequence
-from engines.reference.tokenizer import Tokenizer
-from engines.reference.weights import LoadedModel, resolve_model
+from engines.reference.core.config import EngineConfig
+from engines.reference.core.memory import default_kv_cache_tokens
+from engines.reference.core.model_runner import BatchItem, ModelRunner
+from engines.reference.core.request_state import RequestState
+from engines.reference.core.sampling import SamplingParams, make_generator, sample
+from engines.reference.core.scheduler import QueueFullError, Scheduler, SchedulerOutput
+from engines.reference.core.sequence import Sequence
+from engines.reference.loading.tokenizer import Tokenizer, byte_tokenizer
+from engines.reference.loading.weights import LoadedModel, resolve_model
 
-__all__ = ["EngineStats", "LLMEngine", "QueueFullError", "RequestOutput", "kv_cache_bytes_per_token"]
+__all__ = ["EngineStats", "LLMEngine", "QueueFullError", "RequestOutput"]
 
 
 @dataclass(frozen=True)
@@ -71,33 +71,6 @@ class EngineStats:
     num_preemptions: int
     num_prompt_tokens: int  # prompts whose first token was generated
     num_generation_tokens: int
-
-
-def kv_cache_bytes_per_token(loaded: LoadedModel) -> int:
-    """K and V bytes of one token over all layers."""
-    cfg = loaded.model.config
-    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * loaded.model.dtype.itemsize
-
-
-def free_memory_bytes(device: torch.device) -> int:
-    """Free memory of the device (CUDA) or of the host (anything else)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def default_kv_cache_tokens(loaded: LoadedModel, memory_fraction: float, cap_tokens: int | None = None) -> int:
-    """Token slots that fit in `memory_fraction` of the free memory (after the weights were loaded).
-
-    On CPU the default budget is also capped at DEFAULT_KV_CACHE_TOKENS; on an accelerator at `cap_tokens`
-    (e.g. max_num_seqs * max_model_len) when given.
-    """
-    if not 0 < memory_fraction <= 1:
-        raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {memory_fraction!r}")
-    tokens = int(free_memory_bytes(loaded.model.device) * memory_fraction) // kv_cache_bytes_per_token(loaded)
-    if loaded.model.device.type != "cuda":
-        tokens = min(tokens, DEFAULT_KV_CACHE_TOKENS)
-    return min(tokens, cap_tokens) if cap_tokens else tokens
 
 
 class LLMEngine:
@@ -292,29 +265,3 @@ class LLMEngine:
             num_generation_tokens=self._num_generation_tokens,
         )
 
-
-def byte_tokenizer(vocab_size: int) -> Tokenizer | None:
-    """A stand-in tokenizer for models without one (dummy weights): ids 0-255 are bytes, then
-    <|endoftext|> (EOS), <|im_start|>, <|im_end|> (end of turn) and a ChatML template; every later id
-    decodes to a visible word (" t<id>"), so random weights still stream text a client can time. None if
-    the vocabulary is smaller than 259."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as Backend
-
-    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-    if vocab_size < 256 + len(specials):
-        return None
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    others = [b for b in range(256) if b not in printable]
-    byte_to_char = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
-    words = {f"\u0120t{i}": i for i in range(256 + len(specials), vocab_size)}  # \u0120 is a space, byte-level
-    vocab = {byte_to_char[b]: b for b in range(256)} | {t: 256 + i for i, t in enumerate(specials)} | words
-    backend = Backend(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    return Tokenizer(backend, None, 256, template, add_bos_token=False, stop_token_ids=(256, 258))

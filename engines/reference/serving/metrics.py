@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from engines.reference.engine import EngineStats, RequestOutput
+from engines.reference.core.engine import EngineStats, RequestOutput
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -1,19 +1,16 @@
 """One request's state inside the engine: its tokens, how many are in the KV cache, its blocks.
 
 A `Sequence` is plain mutable state. The scheduler and block manager change it (status, block_table,
-num_computed_tokens, num_cached_tokens, num_preemptions); the engine appends sampled tokens through
-`Scheduler.postprocess`. It knows nothing about sampling: `sampling_params` is an opaque object the
-engine sets and reads.
+num_computed_tokens, num_cached_tokens, num_preemptions, arrival_index); the engine appends sampled
+tokens through `Scheduler.postprocess`. It knows nothing about sampling: `sampling_params` is an opaque
+object the engine sets and reads.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
-
-_arrival_counter = itertools.count()
 
 
 class SequenceStatus(enum.Enum):
@@ -31,7 +28,8 @@ class Sequence:
     num_cached_tokens: prompt tokens served by the prefix cache at first admission (reported to the
         client as cached_tokens); a recompute after preemption does not change it.
     block_table: KV block ids, block i holds tokens [i * block_size, (i + 1) * block_size).
-    arrival_index: order of construction; a lower index arrived earlier.
+    arrival_index: stamped by the scheduler that queued it (`Scheduler.add`), in that scheduler's order of
+        arrival; a lower index arrived earlier. None until then.
     """
 
     request_id: str
@@ -43,14 +41,13 @@ class Sequence:
     num_preemptions: int = field(default=0, init=False)
     block_table: list[int] = field(default_factory=list, init=False)
     status: SequenceStatus = field(default=SequenceStatus.WAITING, init=False)
-    arrival_index: int = field(init=False)
+    arrival_index: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             raise ValueError(f"Sequence {self.request_id!r}: token_ids must hold at least one prompt token")
         self.token_ids = list(self.token_ids)
         self.num_prompt_tokens = len(self.token_ids)
-        self.arrival_index = next(_arrival_counter)
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -12,24 +12,26 @@ It owns the block manager and the waiting/running queues. Each step, in this ord
 safe: postprocess skips sequences that are no longer running.
 
 Running sequences are served first, decodes before prefill chunks, then waiting ones are admitted
-(FCFS). When a running sequence needs a block and none is free, the newest running sequence is
-preempted by recompute: its blocks are freed and it goes back to the front of the waiting queue with
-its generated tokens, to be recomputed later. Batching modes: "continuous" admits at every step;
-"static" admits a batch only when the previous batch has entirely finished; "none" is static with a
-batch of one. This module knows nothing about models, tensors or sampling.
+(FCFS). When a running sequence needs a block and none is free, the newest running sequence (the last
+one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
+its blocks are freed and it goes back to the front of the waiting queue with its generated tokens, to be
+recomputed later. Batching modes: "continuous" admits at every step; "static" admits a batch only when
+the previous batch has entirely finished; "none" is static with a batch of one. This module knows
+nothing about models, tensors or sampling.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from engines.reference.block_manager import BlockManager
-from engines.reference.config import EngineConfig
-from engines.reference.prefix_cache import BlockHashFn, chain_hash
-from engines.reference.sequence import Sequence, SequenceStatus
+from engines.reference.core.block_manager import BlockManager
+from engines.reference.core.config import EngineConfig
+from engines.reference.core.prefix_cache import BlockHashFn, chain_hash
+from engines.reference.core.sequence import Sequence, SequenceStatus
 
 
 class QueueFullError(RuntimeError):
@@ -77,8 +79,9 @@ class _Step:
 class Scheduler:
     """Waiting and running queues over one block manager.
 
-    Changes: the queues, each sequence's status and blocks (through the block manager),
-    num_computed_tokens and token_ids (in `postprocess`). Never reads or changes sampling_params.
+    Changes: the queues, each sequence's status and blocks (through the block manager), its arrival_index
+    (stamped once, in `add`, from this scheduler's own counter), num_computed_tokens and token_ids (in
+    `postprocess`). Never reads or changes sampling_params.
     """
 
     def __init__(self, config: EngineConfig, hash_fn: BlockHashFn = chain_hash) -> None:
@@ -91,6 +94,7 @@ class Scheduler:
         self._by_id: dict[str, Sequence] = {}
         self._batch_ids: set[str] = set()  # static/none: request ids of the current batch
         self._max_batch_seqs = 1 if config.batching == "none" else config.max_num_seqs
+        self._arrival_indices = itertools.count()  # this scheduler's alone: engines in one process never share it
         self.num_preemptions = 0
 
     # ---- queries ---------------------------------------------------------------------------------
@@ -120,7 +124,7 @@ class Scheduler:
     # ---- requests in and out ---------------------------------------------------------------------
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence at the back of the waiting queue.
+        """Queue a new sequence at the back of the waiting queue and stamp its arrival_index.
 
         Raises QueueFullError if not `can_add()`, ValueError if its prompt can never fit or its id is taken.
         """
@@ -134,6 +138,7 @@ class Scheduler:
         if seq.request_id in self._by_id:
             raise ValueError(f"request id {seq.request_id!r} is already queued or running")
         seq.status = SequenceStatus.WAITING
+        seq.arrival_index = next(self._arrival_indices)
         self.waiting.append(seq)
         self._by_id[seq.request_id] = seq
 
@@ -186,7 +191,7 @@ class Scheduler:
         False when `seq` itself was the newest and got preempted.
         """
         while not self.block_manager.can_append(seq):
-            victim = max([*pending, seq], key=lambda candidate: candidate.arrival_index)
+            victim = max([*pending, seq], key=_arrival_index)
             self._preempt(victim, step)
             if victim is seq:
                 return False
@@ -260,3 +265,9 @@ class Scheduler:
                 seq.token_ids.append(token_id)
                 sampled.append(seq)
         return sampled
+
+
+def _arrival_index(seq: Sequence) -> int:
+    """The order key of preemption (newest first); every queued sequence was stamped by `add`."""
+    assert seq.arrival_index is not None, f"request {seq.request_id!r} was never added to a scheduler"
+    return seq.arrival_index

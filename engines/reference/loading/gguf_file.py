@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 import torch
 
-from engines.reference.model import ModelConfig
+from engines.reference.core.model import ModelConfig
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 
