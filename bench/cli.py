@@ -7,30 +7,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from bench import report_cmd, stopping
+from bench.console import console, errors, fail, warn
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
-# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200)
-errors = Console(stderr=True, soft_wrap=True)
 app.command("report")(report_cmd.report)
 app.command("cost")(report_cmd.cost)
-
-
-class UserError(Exception):
-    """A problem with what the user asked for; printed as one line, exit code 2."""
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
-    raise typer.Exit(code)
 
 
 @app.command()
@@ -120,8 +107,8 @@ def sweep(
 def _write_reports(run_dirs: list[Path], out: Path) -> None:
     """One report per run, and one that compares them when several engines were swept. A report that
     can't be made (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
+    from bench.report import ReportError, render_report, render_run_report
     from costmodel.prices import PriceError
-    from reports.render import ReportError, render_report, render_run_report
 
     try:
         for run_dir in run_dirs:
@@ -129,7 +116,7 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
                 console.print(f"report: {path}")
         if len(run_dirs) > 1:
             combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
-            console.print(f"comparison report: {combined.html}")
+            console.print(f"comparison report: {combined.files.html}")
     except (ReportError, PriceError) as exc:
         errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
 
@@ -138,7 +125,7 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it."""
     from bench.display import summary_table
-    from reports.results import RunDirError, summarize_run, write_summaries
+    from bench.rundir import RunDirError, summarize_run, write_summaries
 
     try:
         summaries = summarize_run(run_dir)
@@ -151,39 +138,25 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
 
 def _print_server_view(run_dir: Path) -> None:
     from bench.display import server_view_table
-    from reports.results import server_views
+    from bench.rundir import server_views
 
     views = server_views(run_dir)
     if views:
         console.print(server_view_table(views, title=f"the server's own metrics: {run_dir.name}"))
 
 
-@app.command()
-def serve(
-    model: str = typer.Option("default", help="A .gguf file, a safetensors directory, dummy:<preset> (tiny, "
-                                              "llama-3.2-1b, llama-3.1-8b) or default (SmolLM2-135M-Instruct)."),
-    served_model_name: str = typer.Option(None, help="The model name clients send (default: the file's)."),
-    batching: str = typer.Option("continuous", help="none (one request at a time), static or continuous."),
-    max_num_seqs: int = typer.Option(64, help="Most sequences decoded together."),
-    max_num_batched_tokens: int = typer.Option(2048, help="Token budget of one step (longer prompts are chunked)."),
-    kv_cache_tokens: int = typer.Option(None, help="KV cache size in tokens (default: a share of free memory)."),
-    prefix_cache: bool = typer.Option(True, help="Reuse cached KV blocks of shared prefixes."),
-    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
-    dtype: str = typer.Option("auto", help="auto, float32, bfloat16 or float16."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind (127.0.0.1 keeps it on this machine)."),
-    port: int = typer.Option(8000, help="Port (0: any free one)."),
-    api_key: str = typer.Option(None, help="Require 'Authorization: Bearer KEY' on /v1 routes."),
-) -> None:
-    """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI."""
-    stopping.install()
-    try:
-        from engines.reference.server import ServerOptions
-        from engines.reference.server import serve as serve_forever
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def serve(ctx: typer.Context) -> None:
+    """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI.
 
-        options = ServerOptions(model=model, served_model_name=served_model_name, batching=batching,
-                                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                kv_cache_tokens=kv_cache_tokens, prefix_cache=prefix_cache, device=device,
-                                dtype=dtype, host=host, port=port, api_key=api_key)
+    Takes the engine's own flags (`bench serve --help` lists them): --model, --port, --batching, ..."""
+    from engines.reference.serving.options import parse_args
+
+    stopping.install()
+    options = parse_args(ctx.args, prog="bench serve")  # --help and a bad flag end here, as argparse does
+    try:
+        from engines.reference.serving.server import serve as serve_forever
+
         stopped_by = serve_forever(options)
     except (ValueError, OSError) as exc:
         fail(str(exc))
@@ -196,7 +169,7 @@ def serve(
 def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
     """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
     from bench.display import comparison_table
-    from reports.results import RunDirError, summarize_run
+    from bench.rundir import RunDirError, summarize_run
 
     try:
         runs = [(run_dir, summarize_run(run_dir)) for run_dir in run_dirs]
@@ -209,7 +182,7 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to 
 def engines() -> None:
     """Every engine kind, and whether it can run on this machine (and why not)."""
     from bench.display import engines_table
-    from engines.registry import availability
+    from engines.availability import availability
 
     console.print(engines_table(availability()))
 
@@ -261,8 +234,7 @@ def _warn_about_leftovers(containers: bool) -> None:
             pass
     if found:
         names = ", ".join(item.describe() for item in found[:5]) + (" ..." if len(found) > 5 else "")
-        errors.print(f"[yellow]warning:[/] {len(found)} engine(s) left running by a bench command that died: "
-                     f"{escape(names)}; `bench clean` removes them", highlight=False)
+        warn(f"{len(found)} engine(s) left running by a bench command that died: {names}; `bench clean` removes them")
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

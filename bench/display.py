@@ -11,13 +11,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from costmodel.units import share
-from engines.registry import Availability
+from common.units import share
+from engines.availability import Availability
 from loadgen.arrivals import Level
-from loadgen.metrics import LevelSummary
 from loadgen.runner import LevelBounds
-from loadgen.telemetry import ServerView
-from loadgen.types import RequestRecord
+from loadgen.types import LevelSummary, RequestRecord, ServerView
 
 
 class RichSweepProgress:

@@ -1,4 +1,4 @@
-"""`bench report` and `bench cost`: thin shells over `reports.render.render_report` and
+"""`bench report` and `bench cost`: thin shells over `bench.report.render_report` and
 `costmodel.decide.decide_given`. Heavy imports (matplotlib, jinja2, numpy) happen inside the commands, so
 `bench --help` stays fast.
 """
@@ -30,20 +30,21 @@ def report(
                                         "default RUN_DIR/report.html for one run, ./report.html for several."),
 ) -> None:
     """Decide from measured runs: self-host or pay per token. Writes HTML, Markdown and JSON."""
-    from bench.cli import console, fail
+    from bench.console import console, fail
+    from bench.report import ReportError, render_report
     from costmodel.prices import PriceError
-    from reports.render import ReportError, render_report
 
     try:
         settings = _settings(scenario, run_dirs[0]).with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
             monthly_tokens=monthly_tokens)
-        files = render_report(run_dirs, out, settings=settings, prices=prices or [])
+        result = render_report(run_dirs, out, settings=settings, prices=prices or [])
     except (ReportError, PriceError, ValueError) as exc:
         fail(_message(exc))
     except OSError as exc:
         fail(f"cannot write the report{f' to --out {out}' if out else ''}: {exc}")
-    _print_verdict(console, files.decision)
+    files = result.files
+    _print_verdict(console, result.decision)
     console.print(f"report: {files.html}  (and {files.markdown.name}, {files.json.name}, "
                   f"{len(files.plots)} plots in {files.plots[0].parent.name + '/' if files.plots else '-'})")
 
@@ -69,7 +70,7 @@ def cost(
     import json
     from datetime import date
 
-    from bench.cli import console, fail
+    from bench.console import console, fail
     from bench.scenario import ScenarioError, load_scenario
     from costmodel.decide import decide_given
     from costmodel.prices import PriceError, load_catalog
@@ -77,13 +78,14 @@ def cost(
 
     try:
         base = load_scenario(scenario)
-        settings = _from_scenario(base).with_overrides(
+        settings = base.decision_settings().with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
             monthly_tokens=monthly_tokens, peak_to_average=peak_to_average, hours_per_month=hours,
             ops_usd_per_month=ops_cost)
         isl = input_tokens if input_tokens is not None else base.workload.input_tokens.mean_tokens()
         osl = output_tokens if output_tokens is not None else base.workload.output_tokens.mean_tokens()
-        decision = decide_given(throughput, isl, osl, settings, load_catalog(prices or []), date.today())
+        decision = decide_given(throughput, isl, osl, settings.traffic, settings.pricing, settings.requirements,
+                                load_catalog(prices or []), date.today())
     except (ScenarioError, PriceError, ValueError) as exc:
         fail(_message(exc))
     if json_output:
@@ -93,24 +95,15 @@ def cost(
 
 
 def _settings(scenario: str | None, first_run: Path) -> Any:
+    from bench.report import ReportError, settings_from_run
     from bench.scenario import ScenarioError, load_scenario
-    from reports.runs import ReportError, settings_from_run
 
     if scenario is None:
-        if not (first_run / "run.json").is_file():
-            raise ReportError(f"{first_run}: no run.json; is this a run directory written by `bench sweep`?")
         return settings_from_run(first_run)
     try:
-        return _from_scenario(load_scenario(scenario))
+        return load_scenario(scenario).decision_settings()
     except ScenarioError as exc:
         raise ReportError(str(exc)) from None
-
-
-def _from_scenario(scenario: Any) -> Any:
-    from costmodel.inputs import DecisionSettings
-
-    return DecisionSettings(slo=scenario.slo, traffic=scenario.traffic, pricing=scenario.pricing,
-                            requirements=scenario.requirements)
 
 
 def _names(values: list[str] | None) -> list[str]:
@@ -130,7 +123,7 @@ def _message(exc: Exception) -> str:
 def _print_verdict(console: Any, decision: Any) -> None:
     from rich.table import Table
 
-    from costmodel.units import tokens, usd
+    from common.units import tokens, usd
 
     console.print(f"[bold]{decision.verdict.headline}[/]", highlight=False)
     for line in decision.verdict.lines:

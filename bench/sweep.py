@@ -10,33 +10,28 @@ flatter a later level) and two engines swept with the same scenario get the same
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench import rundir
 from bench.hardware import describe_host
+from bench.rundir import RunInfo
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import read_api_key
-from engines.types import Endpoint, EngineInfo
+from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import telemetry
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
-from loadgen.metrics import LevelSummary
 from loadgen.recorder import JsonlWriter
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
-from loadgen.types import RequestRecord
-from reports import results
+from loadgen.types import LevelSummary, RequestRecord
 
 TOOL_NAME = "llm-selfhost-bench"
 WARMUP_SEED_OFFSET = 1_000_003
-
-# Given the run directory (for engine.log), a context manager that yields the endpoint and stops the engine.
-Launcher = Callable[[Path], AbstractContextManager[tuple[Endpoint, EngineInfo]]]
-
 
 class SweepProgress(Protocol):
     def level_started(self, level: Level, bounds: LevelBounds) -> None: ...
@@ -51,7 +46,6 @@ class SweepPlan:
     engine_kind: str = "endpoint"
     strict_openai: bool = False
     tokenizer: PromptTokenizer | None = None
-    extra_run_info: dict[str, Any] = field(default_factory=dict)
 
     def levels(self) -> list[Level]:
         return plan_levels(self.scenario.load)
@@ -82,30 +76,29 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
     The run directory exists before the engine starts, so a launched engine logs into it; if the engine
     never started and left no log, the empty directory is removed again."""
     plan.bounds()  # validate before anything starts
-    run_dir = results.new_run_dir(plan.runs_root, plan.engine_kind, plan.scenario.name)
-    run = _run_json(plan, run_dir)
-    results.write_run_json(run_dir, run)
+    run_dir = rundir.new_run_dir(plan.runs_root, plan.engine_kind, plan.scenario.name)
+    run = _run_info(plan, run_dir)
+    rundir.write_run_info(run_dir, run)
     status, started = "interrupted", False
     try:
         with launch(run_dir) as (endpoint, engine):
             started = True
             url = telemetry.metrics_url(endpoint.base_url)
             no_telemetry = telemetry.probe(url)
-            run.update(status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
-                       telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
-            results.write_run_json(run_dir, run)
-            with telemetry.sampling(url, run_dir / results.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
+            run = replace(run, status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
+                          telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
+            rundir.write_run_info(run_dir, run)
+            with telemetry.sampling(url, run_dir / rundir.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
                 _run_levels(plan, endpoint, engine, run_dir, progress)
         status = "complete"
     except Exception as exc:
         status = f"failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        if not started and not (run_dir / results.ENGINE_LOG).exists():
+        if not started and not (run_dir / rundir.ENGINE_LOG).exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            run.update(status=status, finished_at=_now())
-            results.write_run_json(run_dir, run)
+            rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
             summaries = _resummarize(run_dir)
     return SweepResult(run_dir, summaries, status)
 
@@ -124,8 +117,8 @@ def _run_levels(
     warmup_specs = iter_requests(workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET}),
                                  plan.tokenizer)
     bounds = plan.bounds()
-    with JsonlWriter(run_dir / results.REQUESTS_FILE) as records, \
-            JsonlWriter(run_dir / results.LEVELS_FILE) as levels:
+    with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
+            JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels:
         for level in plan.levels():
             if progress:
                 progress.level_started(level, bounds)
@@ -140,10 +133,10 @@ def _run_levels(
 
 def _resummarize(run_dir: Path) -> list[LevelSummary]:
     try:
-        summaries = results.summarize_run(run_dir)
-    except results.RunDirError:
+        summaries = rundir.summarize_run(run_dir)
+    except rundir.RunDirError:
         return []
-    results.write_summaries(run_dir, summaries)
+    rundir.write_summaries(run_dir, summaries)
     return summaries
 
 
@@ -155,21 +148,15 @@ def _endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
     return {"base_url": endpoint.base_url, "model": endpoint.model, "api_key_env": endpoint.api_key_env}
 
 
-def _run_json(plan: SweepPlan, run_dir: Path) -> dict[str, Any]:
-    return {
-        "tool": {"name": TOOL_NAME, "version": tool_version()},
-        "run_id": run_dir.name,
-        "status": "starting",
-        "started_at": _now(),
-        "engine": {"name": plan.engine_kind},
-        "hardware": describe_host(),
-        "scenario": plan.scenario.model_dump(mode="json"),
-        "levels": [level.label for level in plan.levels()],
-        "client": {"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer is not None},
-        "seeds": {"requests": plan.scenario.workload.seed,
-                  "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
-        **plan.extra_run_info,
-    }
+def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
+    return RunInfo(
+        run_id=run_dir.name, status="starting", started_at=_now(),
+        tool={"name": TOOL_NAME, "version": tool_version()}, engine={"name": plan.engine_kind},
+        hardware=describe_host(), scenario=plan.scenario.model_dump(mode="json"),
+        levels=[level.label for level in plan.levels()],
+        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer is not None},
+        seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
+    )
 
 
 def tool_version() -> str:

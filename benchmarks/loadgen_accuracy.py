@@ -24,9 +24,10 @@ from benchmarks.loadgen_ceiling import start_server
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
-from loadgen.metrics import LevelSummary, summarize
+from loadgen.metrics import summarize
 from loadgen.recorder import JsonlWriter, read_records
 from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
+from loadgen.types import LevelSummary
 from loadgen.workload import LengthDistribution, Workload
 
 TTFT_MS, ITL_MS, TOKENS = 100.0, 20.0, 128

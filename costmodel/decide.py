@@ -8,14 +8,13 @@ Pure: the catalog and today's date come in as arguments.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import date
 
-from costmodel.fleet import Assumptions, Crossover, FleetPlan, crossover, fleet_for
+from costmodel.fleet import Assumptions, FleetPlan, crossover, fleet_for
 from costmodel.inputs import (
     DEFAULT_PEAK_TO_AVERAGE,
     HOURS_PER_MONTH,
-    DecisionSettings,
     Pricing,
     Requirements,
     Traffic,
@@ -32,81 +31,14 @@ from costmodel.model import (
     operating_point,
     request_price,
 )
-from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, StalePrice, stale_prices
-from costmodel.sensitivity import Sensitivity, sensitivity
-from costmodel.verdict import Verdict, verdict
-from loadgen.metrics import SLO
+from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices
+from costmodel.sensitivity import sensitivity
+from costmodel.types import CostResult, Decision, EngineLevels, LatencyLimits, ProviderCost, ResolvedPricing
+from costmodel.verdict import verdict
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
 MIX_MISMATCH = 0.10  # input share of the traffic vs the measured workload, before a warning
 RATE_MISMATCH = 0.25  # window request count vs token-derived rate at the operating point, before a warning
-
-
-@dataclass(frozen=True)
-class EngineLevels:
-    engine: str
-    levels: tuple[MeasuredLevel, ...]
-
-
-@dataclass(frozen=True)
-class ResolvedPricing:
-    assumptions: Assumptions
-    gpu: GpuPrice | None
-    gpu_label: str
-    providers: tuple[ProviderPrice, ...]
-    references: tuple[ProviderPrice, ...]
-    monthly_tokens: float | None
-    input_share: float | None
-    assumed: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ProviderCost:
-    id: str
-    model: str
-    model_name: str
-    open_weights: bool
-    is_secondary: bool
-    quantization: str | None
-    usd_per_request: float
-    usd_per_m_tokens: float
-    monthly_usd: float | None
-    break_even_utilization: float | None
-    crossover: Crossover | None
-
-
-@dataclass(frozen=True)
-class CostResult:
-    engine: str
-    isl: float
-    osl: float
-    replica_usd_per_hour: float
-    levels: tuple[LevelCost, ...]
-    operating_point: OperatingPoint | None
-    no_operating_point_reason: str
-    usd_per_request: float | None
-    fleet: FleetPlan | None
-    providers: tuple[ProviderCost, ...]
-    warnings: tuple[str, ...] = ()
-
-    def provider(self, provider_id: str) -> ProviderCost | None:
-        return next((p for p in self.providers if p.id == provider_id), None)
-
-
-@dataclass(frozen=True)
-class Decision:
-    results: tuple[CostResult, ...]
-    best: CostResult | None
-    compared_to: ProviderCost | None
-    verdict: Verdict
-    sensitivity: Sensitivity | None
-    pricing: ResolvedPricing
-    requirements: Requirements
-    slo: SLO
-    attainment_target: float
-    stale_prices: tuple[StalePrice, ...]
-    today: date
-    warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
 def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) -> ResolvedPricing:
@@ -144,7 +76,8 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
         monthly_tokens=traffic.total_tokens(), input_share=traffic.input_share(), assumed=tuple(assumed))
 
 
-def evaluate(engine: EngineLevels, slo: SLO, attainment_target: float, pricing: ResolvedPricing) -> CostResult:
+def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
+             pricing: ResolvedPricing) -> CostResult:
     a = pricing.assumptions
     isl, osl = mean_lengths(engine.levels)
     costs = tuple(level_cost(lv, a.replica_usd_per_hour, slo, attainment_target)
@@ -201,7 +134,7 @@ def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: Resol
     return warnings
 
 
-def decide(engines: Sequence[EngineLevels], slo: SLO, traffic: Traffic | None, pricing: Pricing,
+def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic | None, pricing: Pricing,
            requirements: Requirements, catalog: PriceCatalog, today: date) -> Decision:
     resolved = resolve(traffic, pricing, catalog)
     results = tuple(evaluate(e, slo, pricing.slo_attainment_target, resolved) for e in engines)
@@ -241,12 +174,12 @@ def _compared_to(result: CostResult) -> ProviderCost | None:
     return None
 
 
-def decide_given(output_tokens_per_s: float, isl: float, osl: float, settings: DecisionSettings,
-                 catalog: PriceCatalog, today: date, engine: str = "self-hosted") -> Decision:
+def decide_given(output_tokens_per_s: float, isl: float, osl: float, traffic: Traffic | None, pricing: Pricing,
+                 requirements: Requirements, catalog: PriceCatalog, today: date,
+                 engine: str = "self-hosted") -> Decision:
     """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO."""
     if output_tokens_per_s <= 0 or osl <= 0 or isl < 0:
         raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
     r = output_tokens_per_s / osl
     level = MeasuredLevel(GIVEN, 0.0, r, output_tokens_per_s, r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
-    return decide([EngineLevels(engine, (level,))], SLO(), settings.traffic, settings.pricing, settings.requirements,
-                  catalog, today)
+    return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)

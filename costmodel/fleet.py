@@ -10,92 +10,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 
-from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH
 from costmodel.model import PER_MILLION, SECONDS_PER_HOUR, blended_usd_per_m_tokens, cost_per
+from costmodel.types import Assumptions, Crossover, FleetPlan
 
 MAX_CROSSOVER_STEPS = 1_000_000
 _TOLERANCE = 1e-9
-
-
-@dataclass(frozen=True)
-class Assumptions:
-    """The resolved numbers, other than the measurements and the volume, that set a monthly cost."""
-
-    gpu_usd_per_hour: float
-    gpus_per_replica: int = 1
-    operating_hours_per_month: float = HOURS_PER_MONTH
-    billed_hours_per_month: float = HOURS_PER_MONTH
-    peak_to_average: float = DEFAULT_PEAK_TO_AVERAGE
-    hourly_profile: tuple[float, ...] = ()
-    days_per_month: float = DAYS_PER_MONTH
-    autoscale: bool = True
-    headroom: float = 0.8
-    spare_replicas: int = 1
-    min_serving_replicas: int = 1
-    ops_usd_per_month: float = 0.0
-    cache_hit_rate: float = 0.0
-    uses_batch_api: bool = False
-
-    def __post_init__(self) -> None:
-        if self.gpu_usd_per_hour < 0 or self.ops_usd_per_month < 0:
-            raise ValueError("prices must be >= 0")
-        if not 0 < self.headroom <= 1:
-            raise ValueError(f"headroom must be in (0, 1], got {self.headroom}")
-        if self.peak_to_average < 1 or self.min_serving_replicas < 1 or self.spare_replicas < 0:
-            raise ValueError("peak_to_average >= 1, min_serving_replicas >= 1, spare_replicas >= 0")
-        if self.hourly_profile and (len(self.hourly_profile) != 24 or sum(self.hourly_profile) <= 0):
-            raise ValueError("hourly_profile: 24 weights >= 0, at least one > 0")
-
-    @property
-    def replica_usd_per_hour(self) -> float:
-        """P = k * p_gpu."""
-        return self.gpus_per_replica * self.gpu_usd_per_hour
-
-    @property
-    def is_autoscaled(self) -> bool:
-        return bool(self.hourly_profile) and self.autoscale
-
-    @property
-    def hours_of_operation(self) -> float:
-        """H_op: given, or the profile's open hours times its days."""
-        if self.hourly_profile:
-            return self.days_per_month * sum(1 for w in self.hourly_profile if w > 0)
-        return self.operating_hours_per_month
-
-    @property
-    def peak_ratio(self) -> float:
-        """PAR: given, or the profile's busiest hour over its mean open hour."""
-        if self.hourly_profile:
-            open_hours = [w for w in self.hourly_profile if w > 0]
-            return max(open_hours) * len(open_hours) / sum(open_hours)
-        return self.peak_to_average
-
-    @property
-    def max_utilization(self) -> float:
-        """U_max: about the highest average utilization a fleet can reach (less with spares and rounding)."""
-        if self.is_autoscaled:
-            return self.headroom
-        return self.headroom * (self.hours_of_operation / self.billed_hours_per_month) / self.peak_ratio
-
-
-@dataclass(frozen=True)
-class FleetPlan:
-    monthly_tokens: float
-    requests_per_month: float
-    average_request_per_s: float
-    peak_request_per_s: float
-    serving_replicas: int
-    spare_replicas: int
-    total_replicas: int
-    gpus: int
-    replica_hours_per_month: float
-    gpu_usd_per_month: float
-    ops_usd_per_month: float
-    monthly_usd: float
-    utilization: float
-    hourly_serving_replicas: tuple[int, ...] = ()
 
 
 def _ceil(x: float) -> int:
@@ -132,18 +52,6 @@ def fleet_for(monthly_tokens: float, request_per_s: float, isl: float, osl: floa
         utilization=n / (replica_hours * request_per_s * SECONDS_PER_HOUR) if replica_hours > 0 else 0.0,
         hourly_serving_replicas=hourly,
     )
-
-
-@dataclass(frozen=True)
-class Crossover:
-    """Where self-hosting becomes cheaper than one provider: a monthly volume, or None and why not."""
-
-    monthly_tokens: float | None
-    serving_replicas: int | None
-    break_even_utilization: float | None
-    max_utilization: float
-    reason: str
-    stays_cheaper_above: float | None = None  # past the sawtooth's last gap (closed form only)
 
 
 def crossover(request_per_s: float, isl: float, osl: float, a: Assumptions,

@@ -10,8 +10,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadgen.metrics import SLO
-
 HOURS_PER_MONTH = 730.0  # 8,760 hours a year / 12
 HOURS_PER_DAY = 24
 DAYS_PER_MONTH = HOURS_PER_MONTH / HOURS_PER_DAY
@@ -128,40 +126,3 @@ class Requirements(BaseModel):
 
     def is_self_hosting_required(self) -> bool:
         return bool(self.reasons())
-
-
-class DecisionSettings(BaseModel):
-    """Everything a decision takes from a scenario: the SLO it is judged by, traffic, pricing, requirements."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    slo: SLO = Field(default_factory=SLO)
-    traffic: Traffic | None = None
-    pricing: Pricing = Field(default_factory=Pricing)
-    requirements: Requirements = Field(default_factory=Requirements)
-
-    def with_overrides(self, gpu: str | None = None, gpu_usd_per_hour: float | None = None,
-                       gpus_per_replica: int | None = None, providers: list[str] | None = None,
-                       monthly_tokens: float | None = None, peak_to_average: float | None = None,
-                       hours_per_month: float | None = None,
-                       ops_usd_per_month: float | None = None) -> DecisionSettings:
-        """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
-        price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
-        pricing: dict[str, object] = {}
-        if gpu is not None:
-            pricing.update(gpu=gpu, gpu_usd_per_hour=None)
-        for key, value in (("gpu_usd_per_hour", gpu_usd_per_hour), ("gpus_per_replica", gpus_per_replica),
-                           ("providers", providers or None), ("ops_usd_per_month", ops_usd_per_month)):
-            if value is not None:
-                pricing[key] = value
-        traffic: dict[str, object] = (self.traffic or Traffic()).model_dump()
-        if monthly_tokens is not None:
-            traffic.update(monthly_tokens=monthly_tokens, monthly_input_tokens=None, monthly_output_tokens=None)
-        if peak_to_average is not None or hours_per_month is not None:
-            traffic.update(hourly_profile=None, days_per_month=None)
-            traffic.update({k: v for k, v in (("peak_to_average", peak_to_average),
-                                               ("hours_per_month", hours_per_month)) if v is not None})
-        changed = traffic != (self.traffic or Traffic()).model_dump()
-        return self.model_copy(update={
-            "pricing": Pricing.model_validate({**self.pricing.model_dump(), **pricing}),
-            "traffic": Traffic.model_validate(traffic) if changed else self.traffic})

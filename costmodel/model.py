@@ -10,57 +10,13 @@ one request, b its blended price per 1M tokens, rho(c) = C_req(c) / a the break-
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from costmodel.prices import ProviderPrice
-from loadgen.metrics import SLO, LevelSummary
+from costmodel.types import LatencyLimits, LevelCost, MeasuredLevel, OperatingPoint
 
 SECONDS_PER_HOUR = 3600.0
 PER_MILLION = 1e6
-
-
-@dataclass(frozen=True)
-class MeasuredLevel:
-    """What the cost model needs of one measured level of one engine on one replica (k GPUs).
-
-    `request_per_s` is R(c). From a run it is X_out / OSL: tokens are counted as they arrive in the steady
-    window, while whole requests count only when they end inside it, so in short levels the token count is
-    the steadier estimate of the same rate (`summary_request_per_s` keeps the window's own count).
-    """
-
-    label: str
-    load: float
-    request_per_s: float
-    output_tokens_per_s: float
-    input_tokens_per_s: float
-    slo_attainment: float = 1.0
-    ttft_p95_ms: float | None = None
-    tpot_p95_ms: float | None = None
-    e2e_p95_ms: float | None = None
-    mean_input_tokens: float = 0.0
-    mean_output_tokens: float = 0.0
-    num_ok: int = 1
-    is_valid: bool = True
-    summary_request_per_s: float | None = None
-
-
-def level_from_summary(s: LevelSummary) -> MeasuredLevel:
-    isl = _finite(s.mean_input_tokens)
-    osl = _finite(s.mean_output_tokens)
-    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
-    return MeasuredLevel(
-        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
-        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
-        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
-        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
-        summary_request_per_s=s.request_per_s,
-    )
-
-
-def _finite(value: float | None) -> float:
-    return value if value is not None and math.isfinite(value) else 0.0
 
 
 def mean_lengths(levels: Sequence[MeasuredLevel]) -> tuple[float, float]:
@@ -76,24 +32,6 @@ def mean_lengths(levels: Sequence[MeasuredLevel]) -> tuple[float, float]:
 # --- per level ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LevelCost:
-    """Self-hosted cost at one level; None where the level completed nothing (the cost is unbounded)."""
-
-    label: str
-    load: float
-    usd_per_request: float | None
-    usd_per_m_output_tokens: float | None
-    usd_per_m_total_tokens: float | None
-    goodput_usd_per_request: float | None
-    goodput_usd_per_m_output_tokens: float | None
-    slo_problems: tuple[str, ...]
-
-    @property
-    def meets_slo(self) -> bool:
-        return not self.slo_problems
-
-
 def cost_per(replica_usd_per_hour: float, units_per_s: float, scale: float = 1.0) -> float | None:
     """P * scale / (3600 * rate): the cost of `scale` units at `units_per_s`; None when nothing is produced."""
     if units_per_s <= 0:
@@ -101,7 +39,8 @@ def cost_per(replica_usd_per_hour: float, units_per_s: float, scale: float = 1.0
     return replica_usd_per_hour * scale / (SECONDS_PER_HOUR * units_per_s)
 
 
-def level_cost(level: MeasuredLevel, replica_usd_per_hour: float, slo: SLO, attainment_target: float) -> LevelCost:
+def level_cost(level: MeasuredLevel, replica_usd_per_hour: float, slo: LatencyLimits,
+               attainment_target: float) -> LevelCost:
     p, a = replica_usd_per_hour, level.slo_attainment
     return LevelCost(
         label=level.label, load=level.load,
@@ -114,7 +53,7 @@ def level_cost(level: MeasuredLevel, replica_usd_per_hour: float, slo: SLO, atta
     )
 
 
-def slo_problems(level: MeasuredLevel, slo: SLO, attainment_target: float) -> tuple[str, ...]:
+def slo_problems(level: MeasuredLevel, slo: LatencyLimits, attainment_target: float) -> tuple[str, ...]:
     """Why a level does not qualify as an operating point; empty when it does."""
     problems = []
     if not level.is_valid:
@@ -129,7 +68,7 @@ def slo_problems(level: MeasuredLevel, slo: SLO, attainment_target: float) -> tu
     return tuple(problems)
 
 
-def _latency_checks(level: MeasuredLevel, slo: SLO) -> list[tuple[str, float | None, float]]:
+def _latency_checks(level: MeasuredLevel, slo: LatencyLimits) -> list[tuple[str, float | None, float]]:
     checks = [("TTFT", level.ttft_p95_ms, slo.ttft_ms), ("TPOT", level.tpot_p95_ms, slo.tpot_ms),
               ("E2E", level.e2e_p95_ms, slo.e2e_ms)]
     return [(name, value, limit) for name, value, limit in checks if limit is not None]
@@ -163,20 +102,8 @@ def break_even_utilization(self_usd_per_request: float | None, provider_usd_per_
 # --- the operating point ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OperatingPoint:
-    """c*: the highest load meeting the SLO, interpolated toward the first level above it that does not."""
-
-    load: float
-    request_per_s: float
-    output_tokens_per_s: float
-    below: str
-    above: str | None
-    limited_by: str
-    is_interpolated: bool = False
-
-
-def operating_point(levels: Sequence[MeasuredLevel], slo: SLO, attainment_target: float) -> OperatingPoint | None:
+def operating_point(levels: Sequence[MeasuredLevel], slo: LatencyLimits,
+                    attainment_target: float) -> OperatingPoint | None:
     """None when no level meets the SLO. Never extrapolates beyond the highest measured level."""
     ordered = sorted(levels, key=lambda lv: lv.load)
     passing = [i for i, lv in enumerate(ordered) if not slo_problems(lv, slo, attainment_target)]
@@ -199,7 +126,7 @@ def _at(level: MeasuredLevel, above: str | None, limited_by: str) -> OperatingPo
     return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, above, limited_by)
 
 
-def _crossing(lo: MeasuredLevel, hi: MeasuredLevel, slo: SLO, target: float) -> tuple[float, str]:
+def _crossing(lo: MeasuredLevel, hi: MeasuredLevel, slo: LatencyLimits, target: float) -> tuple[float, str]:
     """The smallest fraction of the way from `lo` to `hi` at which a criterion reaches its limit."""
     crossings = []
     if hi.slo_attainment < target:

@@ -9,58 +9,26 @@ traffic's volume (when known) and the crossover volume.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from costmodel.fleet import Assumptions, crossover, fleet_for
+from common.units import usd
+from costmodel.fleet import crossover, fleet_for
 from costmodel.inputs import HOURS_PER_MONTH
 from costmodel.model import request_price
 from costmodel.prices import PriceCatalog, ProviderPrice
-from costmodel.units import usd
-
-if TYPE_CHECKING:
-    from costmodel.decide import CostResult, ProviderCost, ResolvedPricing
+from costmodel.types import (
+    Assumptions,
+    CostResult,
+    ProviderCost,
+    ResolvedPricing,
+    Sensitivity,
+    SensitivityRow,
+    Variation,
+)
 
 BUSINESS_HOURS_PER_MONTH = 12 * 5 * 52 / 12  # 12 hours a day, 5 days a week: 260
 THROUGHPUT_RANGE = (0.7, 1.3)
 PRICE_RANGE = (0.7, 1.3)
-
-
-@dataclass(frozen=True)
-class Variation:
-    label: str
-    self_host_usd_per_month: float | None
-    provider_usd_per_month: float | None
-    crossover_tokens: float | None
-
-    @property
-    def saving_usd_per_month(self) -> float | None:
-        """Provider minus self-hosted: positive when self-hosting saves money."""
-        if self.self_host_usd_per_month is None or self.provider_usd_per_month is None:
-            return None
-        return self.provider_usd_per_month - self.self_host_usd_per_month
-
-
-@dataclass(frozen=True)
-class SensitivityRow:
-    name: str
-    base_label: str
-    variations: tuple[Variation, ...]
-
-
-@dataclass(frozen=True)
-class Sensitivity:
-    baseline: Variation
-    rows: tuple[SensitivityRow, ...]
-
-    def flips(self, row: SensitivityRow) -> bool:
-        """Does some variation of this row change which side is cheaper?"""
-        base = self.baseline.saving_usd_per_month
-        if base is None:
-            return any((v.crossover_tokens is None) != (self.baseline.crossover_tokens is None)
-                       for v in row.variations)
-        return any(v.saving_usd_per_month is not None and (v.saving_usd_per_month > 0) != (base > 0)
-                   for v in row.variations)
 
 
 def sensitivity(best: CostResult, compared: ProviderCost, resolved: ResolvedPricing,

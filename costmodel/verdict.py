@@ -7,39 +7,18 @@ Answers: `self-host`, `pay-per-token`, `self-host-required` (a requirement decid
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from common.units import tokens, usd
 from costmodel.inputs import Requirements
-from costmodel.units import tokens, usd
-from loadgen.metrics import SLO
-
-if TYPE_CHECKING:
-    from costmodel.decide import CostResult, ProviderCost, ResolvedPricing
-
-
-@dataclass(frozen=True)
-class Verdict:
-    answer: str
-    headline: str
-    lines: tuple[str, ...]
-    self_host_usd_per_month: float | None = None
-    provider_usd_per_month: float | None = None
-    crossover_tokens: float | None = None
-
-
-def describe_slo(slo: SLO, attainment_target: float) -> str:
-    parts = [f"p95 {name} <= {limit:,.0f} ms" for name, limit in
-             (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms)) if limit is not None]
-    parts.append(f"at least {attainment_target:.0%} of requests meeting every target")
-    return ", ".join(parts)
+from costmodel.types import CostResult, LatencyLimits, ProviderCost, ResolvedPricing, Verdict
 
 
 def verdict(results: Sequence[CostResult], best: CostResult | None, compared: ProviderCost | None,
-            resolved: ResolvedPricing, requirements: Requirements, slo: SLO, attainment_target: float) -> Verdict:
+            resolved: ResolvedPricing, requirements: Requirements, slo: LatencyLimits,
+            attainment_target: float) -> Verdict:
     lines: list[str] = []
     if best is None:
-        lines.append(f"No measured level met the SLO ({describe_slo(slo, attainment_target)}).")
+        lines.append(f"No measured level met the SLO ({slo.describe(attainment_target)}).")
         lines += [f"{r.engine}: {r.no_operating_point_reason}" for r in results]
         lines.append("Measure lower loads, a faster engine or GPU, or relax the SLO; the per-level costs are below.")
         if requirements.is_self_hosting_required():
@@ -81,7 +60,7 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
     return Verdict("pay-per-token", head, tuple(lines), self_usd, api_usd, cross_tokens)
 
 
-def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: SLO, target: float) -> str:
+def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLimits, target: float) -> str:
     point = best.operating_point
     assert point is not None
     if point.below == "given":
@@ -89,7 +68,7 @@ def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: SLO, targe
                 f"tokens/s, as given) a request costs {usd(best.usd_per_request)} on "
                 f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
     where = (f"between {point.below} and {point.above}" if point.is_interpolated else f"at {point.below}")
-    return (f"{best.engine} meets the SLO ({describe_slo(slo, target)}) up to {point.request_per_s:.2f} requests/s "
+    return (f"{best.engine} meets the SLO ({slo.describe(target)}) up to {point.request_per_s:.2f} requests/s "
             f"per replica ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, {where}; "
             f"limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
             f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")

@@ -20,106 +20,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from loadgen.types import ClientCheck, RequestRecord
+from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord
 
 MAX_LOOP_LAG_P99_MS = 20.0
 MAX_CLIENT_CPU_FRACTION = 0.95
 MIN_HELD_CONCURRENCY_FRACTION = 0.9
-
-
-class SLO(BaseModel):
-    """Latency targets a request must meet to count toward goodput. Missing ones are not checked."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ttft_ms: float | None = Field(default=None, gt=0)
-    tpot_ms: float | None = Field(default=None, gt=0)
-    e2e_ms: float | None = Field(default=None, gt=0)
-
-
-@dataclass(frozen=True)
-class Distribution:
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-
-    @classmethod
-    def of(cls, values: list[float] | np.ndarray) -> Distribution:
-        array = np.asarray(values, dtype=float)
-        if array.size == 0:
-            return cls()
-        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
-        return cls(float(array.mean()), float(p50), float(p90), float(p95), float(p99))
-
-
-@dataclass(frozen=True)
-class LevelSummary:
-    engine: str
-    level: str
-    kind: str
-    target: float
-    num_requests: int
-    num_ok: int
-    num_failed: int
-    failure_rate: float
-    failures_by_kind: dict[str, int]
-    window_s: float
-    is_steady_window: bool
-    request_per_s: float
-    output_tokens_per_s: float
-    total_tokens_per_s: float
-    run_request_per_s: float
-    run_output_tokens_per_s: float
-    goodput_request_per_s: float
-    slo_attainment: float
-    mean_input_tokens: float
-    mean_output_tokens: float
-    mean_in_flight: float
-    ttft_ms: Distribution
-    itl_ms: Distribution
-    icl_ms: Distribution
-    tpot_ms: Distribution
-    e2e_ms: Distribution
-    ttft_from_schedule_ms: Distribution = field(default_factory=Distribution)
-    e2e_from_schedule_ms: Distribution = field(default_factory=Distribution)
-    schedule_lag_ms: Distribution = field(default_factory=Distribution)
-    send_delay_ms: Distribution = field(default_factory=Distribution)
-    # Multi-turn workloads: a conversation's first turn, and the later ones that send its history again.
-    ttft_ms_first_turn: Distribution = field(default_factory=Distribution)
-    ttft_ms_later_turns: Distribution = field(default_factory=Distribution)
-    mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
-    token_count_sources: dict[str, int] = field(default_factory=dict)
-    num_usage_mismatch: int = 0
-    num_short_outputs: int = 0
-    num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
-    client: ClientCheck | None = None
-    is_valid: bool = True
-    invalid_reasons: list[str] = field(default_factory=list)
-
-    def flat(self) -> dict[str, Any]:
-        """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns."""
-        row: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (Distribution, ClientCheck)):
-                for g in fields(value):
-                    key = f"{f.name}_{g.name}" if isinstance(value, Distribution) else g.name
-                    row[key] = getattr(value, g.name)
-            elif isinstance(value, dict):
-                row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
-            elif isinstance(value, list):
-                row[f.name] = "; ".join(value)
-            else:
-                row[f.name] = value
-        return row
 
 
 def summarize(

@@ -18,13 +18,13 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from common.processes import terminate
+from loadgen.types import ServerView
 
 SAMPLE_INTERVAL_S = 1.0
 
@@ -113,19 +113,6 @@ def sample_until_stopped(
                 pass  # a busy or restarting server misses a sample, nothing more
             next_at += interval_s
             time.sleep(max(0.0, next_at - time.monotonic()))
-
-
-@dataclass(frozen=True)
-class ServerView:
-    """One level as the server saw it, from the samples taken while it ran."""
-
-    level: str
-    num_samples: int
-    mean_running: float | None
-    mean_waiting: float | None
-    max_kv_cache_usage: float | None  # 1 = every block in use
-    preemptions: float | None
-    prefix_cache_hit_rate: float | None
 
 
 def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> ServerView:

@@ -1,15 +1,20 @@
-"""The records that flow through the load generator.
+"""The records that flow through the load generator and out of it.
 
 `RequestSpec` is what to send; `RequestRecord` is what happened, as raw timestamps only. Every metric is
-computed later from records (`loadgen.metrics`), so a run directory can always be re-summarized.
+computed later from records (`loadgen.metrics`), so a run directory can always be re-summarized: its
+result is a `LevelSummary` per level, judged against an `SLO`; `ServerView` is a level as the server's own
+metrics saw it (`loadgen.telemetry`).
 Times in a record are seconds on the level's monotonic clock (0 = the level's start), except
 `chunk_times_s`, which are relative to the request's own send time.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 Api = Literal["chat", "completions"]
 
@@ -101,3 +106,105 @@ class ClientCheck:
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
     client_cpu_fraction: float  # process CPU seconds / wall seconds (1.0 = one core busy)
+
+
+class SLO(BaseModel):
+    """Latency targets a request must meet to count toward goodput. Missing ones are not checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float] | np.ndarray) -> Distribution:
+        array = np.asarray(values, dtype=float)
+        if array.size == 0:
+            return cls()
+        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
+        return cls(float(array.mean()), float(p50), float(p90), float(p95), float(p99))
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    engine: str
+    level: str
+    kind: str
+    target: float
+    num_requests: int
+    num_ok: int
+    num_failed: int
+    failure_rate: float
+    failures_by_kind: dict[str, int]
+    window_s: float
+    is_steady_window: bool
+    request_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    run_request_per_s: float
+    run_output_tokens_per_s: float
+    goodput_request_per_s: float
+    slo_attainment: float
+    mean_input_tokens: float
+    mean_output_tokens: float
+    mean_in_flight: float
+    ttft_ms: Distribution
+    itl_ms: Distribution
+    icl_ms: Distribution
+    tpot_ms: Distribution
+    e2e_ms: Distribution
+    ttft_from_schedule_ms: Distribution = field(default_factory=Distribution)
+    e2e_from_schedule_ms: Distribution = field(default_factory=Distribution)
+    schedule_lag_ms: Distribution = field(default_factory=Distribution)
+    send_delay_ms: Distribution = field(default_factory=Distribution)
+    # Multi-turn workloads: a conversation's first turn, and the later ones that send its history again.
+    ttft_ms_first_turn: Distribution = field(default_factory=Distribution)
+    ttft_ms_later_turns: Distribution = field(default_factory=Distribution)
+    mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
+    token_count_sources: dict[str, int] = field(default_factory=dict)
+    num_usage_mismatch: int = 0
+    num_short_outputs: int = 0
+    num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
+    client: ClientCheck | None = None
+    is_valid: bool = True
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    def flat(self) -> dict[str, Any]:
+        """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns."""
+        row: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (Distribution, ClientCheck)):
+                for g in fields(value):
+                    key = f"{f.name}_{g.name}" if isinstance(value, Distribution) else g.name
+                    row[key] = getattr(value, g.name)
+            elif isinstance(value, dict):
+                row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
+            elif isinstance(value, list):
+                row[f.name] = "; ".join(value)
+            else:
+                row[f.name] = value
+        return row
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """One level as the server saw it, from the samples taken while it ran."""
+
+    level: str
+    num_samples: int
+    mean_running: float | None
+    mean_waiting: float | None
+    max_kv_cache_usage: float | None  # 1 = every block in use
+    preemptions: float | None
+    prefix_cache_hit_rate: float | None

@@ -1,6 +1,7 @@
 """Every figure of a report as plain data: what report.json holds and what the templates and plots read.
 
-Built from a `Decision` (costmodel) and the runs it came from; no rendering here.
+Built from a `ReportInput` (the decision and the runs it came from); no rendering here, and no figure that
+the input does not hold.
 """
 
 from __future__ import annotations
@@ -12,18 +13,11 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from common.units import share, tokens, usd
+from costmodel.types import CostResult, Decision, ProviderCost
+from loadgen.types import LevelSummary
+from reports.inputs import ReportInput, ReportRun
 
-from costmodel.decide import CostResult, Decision, ProviderCost
-from costmodel.fleet import fleet_for
-from costmodel.inputs import DecisionSettings
-from costmodel.units import share, tokens, usd
-from costmodel.verdict import describe_slo
-from loadgen.metrics import LevelSummary
-from reports.results import server_views
-from reports.runs import RunReport
-
-CURVE_POINTS = 400
 CAVEATS = [
     "A one-request-at-a-time benchmark overstates the cost of self-hosting many times over: a GPU decodes a "
     "batch of requests for about the price of one. These figures come from the measured curve at the SLO.",
@@ -59,37 +53,37 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def build_report_data(decision: Decision, runs: list[RunReport], skipped: list[str], settings: DecisionSettings,
-                      price_origins: tuple[str, ...], generated_at: datetime) -> dict[str, Any]:
+def build_report_data(inp: ReportInput) -> dict[str, Any]:
+    decision, runs = inp.decision, list(inp.runs)
     engines = [_engine(result, run, decision.compared_to) for result, run in zip(decision.results, runs, strict=True)]
     return jsonable({
-        "title": _title(decision, settings),
-        "generated_at": generated_at.isoformat(timespec="seconds"),
+        "title": _title(decision, inp.model, inp.gpu),
+        "generated_at": inp.generated_at.isoformat(timespec="seconds"),
         "verdict": decision.verdict,
         "side_by_side": _side_by_side(decision),
         "assumptions": assumptions(decision, runs),
-        "warnings": _warnings(decision, runs, skipped),
+        "warnings": _warnings(decision, runs, list(inp.skipped)),
         "stale_prices": decision.stale_prices,
-        "slo": describe_slo(decision.slo, decision.attainment_target),
-        "inputs": {"settings": settings, "assumptions": decision.pricing.assumptions,
+        "slo": decision.slo.describe(decision.attainment_target),
+        "inputs": {"settings": inp.settings, "assumptions": decision.pricing.assumptions,
                    "monthly_tokens": decision.pricing.monthly_tokens, "gpu": decision.pricing.gpu_label},
         "best_engine": decision.best.engine if decision.best else None,
         "compared_to": decision.compared_to.id if decision.compared_to else None,
         "engines": engines,
         "sensitivity": _sensitivity(decision),
-        "monthly_cost_curve": monthly_cost_curve(decision),
+        "monthly_cost_curve": inp.cost_curve,
         "price_rows": {"gpu": decision.pricing.gpu, "providers": [*decision.pricing.providers,
                                                                   *decision.pricing.references],
-                       "files": list(price_origins)},
+                       "files": list(inp.price_origins)},
         "runs": [_provenance(run) for run in runs],
-        "skipped_runs": skipped,
+        "skipped_runs": list(inp.skipped),
         "caveats": CAVEATS,
     })
 
 
-def _title(decision: Decision, settings: DecisionSettings) -> str:
-    model = settings.pricing.model or (decision.best.engine if decision.best else "this model")
-    gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (settings.pricing.gpu or "your GPU")
+def _title(decision: Decision, model: str | None, gpu: str | None) -> str:
+    model = model or (decision.best.engine if decision.best else "this model")
+    gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (gpu or "your GPU")
     k = decision.pricing.assumptions.gpus_per_replica
     return f"Self-host or pay per token: {model} on {f'{k} x ' if k > 1 else ''}{gpu}"
 
@@ -128,7 +122,7 @@ def _provider_row(p: ProviderCost, role: str) -> dict[str, Any]:
             "monthly_usd": p.monthly_usd, "usd_per_m_tokens": p.usd_per_m_tokens, "note": note}
 
 
-def assumptions(decision: Decision, runs: list[RunReport]) -> list[str]:
+def assumptions(decision: Decision, runs: list[ReportRun]) -> list[str]:
     a, lines = decision.pricing.assumptions, []
     best = decision.best
     if best is not None and best.operating_point is not None:
@@ -150,7 +144,7 @@ def assumptions(decision: Decision, runs: list[RunReport]) -> list[str]:
     return lines
 
 
-def _warnings(decision: Decision, runs: list[RunReport], skipped: list[str]) -> list[str]:
+def _warnings(decision: Decision, runs: list[ReportRun], skipped: list[str]) -> list[str]:
     lines = list(decision.warnings)
     for run in runs:
         lines += [f"{run.label} ({run.run_dir.name}): {note}" for note in run.notes]
@@ -166,24 +160,22 @@ def _warnings(decision: Decision, runs: list[RunReport], skipped: list[str]) -> 
     return lines
 
 
-def _hardware_warning(run: RunReport, gpu: str | None) -> str | None:
+def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
     """Measured on one thing, priced as another? Say so when the run's record can tell."""
-    engine, hardware = run.run.get("engine") or {}, run.run.get("hardware") or {}
     priced = gpu or "the GPU priced here"
-    if engine.get("launched_by", "user") == "user":
+    if run.launched_by == "user":
         return (f"{run.label}: measured through an endpoint that was already running, so the run does not record "
                 f"the hardware that served it; the costs assume {priced} per replica: make sure that is what served it")
-    gpus = hardware.get("gpus")
-    if gpus == []:
+    if run.gpu_names == ():
         return f"{run.label}: measured on a machine without a GPU but priced as {priced}: the costs are illustrative"
     key = next((part for part in (gpu or "").split("-") if any(c.isdigit() for c in part)), None)
-    names = [str(g.get("name", "")) for g in gpus or []]
+    names = run.gpu_names or ()
     if key and names and not any(re.search(rf"\b{re.escape(key)}\b", n, re.IGNORECASE) for n in names):
         return f"{run.label}: measured on {', '.join(sorted(set(names)))} but priced as {gpu}"
     return None
 
 
-def _engine(result: CostResult, run: RunReport, compared: ProviderCost | None) -> dict[str, Any]:
+def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -> dict[str, Any]:
     costs = {c.label: c for c in result.levels}
     price = result.provider(compared.id) if compared else None
     levels = [_level(s, costs.get(s.level), price) for s in run.summaries]
@@ -192,7 +184,7 @@ def _engine(result: CostResult, run: RunReport, compared: ProviderCost | None) -
             "operating_point": result.operating_point, "no_operating_point_reason": result.no_operating_point_reason,
             "usd_per_request": result.usd_per_request, "fleet": result.fleet, "providers": result.providers,
             "warnings": result.warnings, "levels": levels,
-            "server_view": [asdict(view) for view in server_views(run.run_dir)]}
+            "server_view": [asdict(view) for view in run.server_views]}
 
 
 def _level(s: LevelSummary, cost: Any, price: ProviderCost | None) -> dict[str, Any]:
@@ -220,30 +212,12 @@ def _sensitivity(decision: Decision) -> dict[str, Any] | None:
                                      for v in row.variations]} for row in sens.rows]}
 
 
-def monthly_cost_curve(decision: Decision) -> dict[str, Any] | None:
-    """Monthly cost against monthly volume: each sized engine's fleet (a step function) and each provider."""
-    best = decision.best
-    if best is None:
-        return None
-    anchors = [v for v in [decision.pricing.monthly_tokens,
-                           *[p.crossover.monthly_tokens for p in best.providers if p.crossover]] if v]
-    low, high = (min(anchors) / 30, max(anchors) * 30) if anchors else (1e8, 1e12)
-    volumes = np.geomspace(max(low, 1e6), max(high, 1e7), CURVE_POINTS)
-    a = decision.pricing.assumptions
-    self_host = {r.engine: [fleet_for(float(v), r.operating_point.request_per_s, r.isl, r.osl, a).monthly_usd
-                            for v in volumes] for r in decision.results if r.operating_point and r.isl + r.osl > 0}
-    providers = {p.id: [float(v) * p.usd_per_m_tokens / 1e6 for v in volumes] for p in best.providers}
-    crossings = {p.id: p.crossover.monthly_tokens for p in best.providers if p.crossover}
-    return {"volumes": [float(v) for v in volumes], "self_host": self_host, "providers": providers,
-            "crossovers": crossings, "traffic": decision.pricing.monthly_tokens}
+RECORDED = ("started_at", "finished_at", "tool", "engine", "endpoint", "hardware", "scenario", "workload", "load",
+            "levels_planned")  # what a run's provenance holds from its run.json, in the report's order
 
 
-def _provenance(run: RunReport) -> dict[str, Any]:
-    r = run.run
-    scenario = r.get("scenario") or {}
-    return {"run_dir": str(run.run_dir), "run_id": r.get("run_id"), "status": run.status,
-            "started_at": r.get("started_at"), "finished_at": r.get("finished_at"), "tool": r.get("tool"),
-            "engine": r.get("engine"), "endpoint": r.get("endpoint"), "hardware": r.get("hardware"),
-            "scenario": scenario.get("name"), "workload": scenario.get("workload"), "load": scenario.get("load"),
-            "levels_planned": r.get("levels"), "levels_measured": [s.level for s in run.summaries],
-            "missing": run.missing, "cut_short": run.cut_short, "notes": run.notes}
+def _provenance(run: ReportRun) -> dict[str, Any]:
+    recorded = {key: run.provenance.get(key) for key in RECORDED}
+    return {"run_dir": str(run.run_dir), "run_id": run.provenance.get("run_id"), "status": run.status, **recorded,
+            "levels_measured": [s.level for s in run.summaries], "missing": run.missing, "cut_short": run.cut_short,
+            "notes": run.notes}

@@ -213,3 +213,17 @@ def test_bench_serve_stopped_while_its_model_loads_exits_at_once() -> None:
     finally:
         process.kill()
     assert process.returncode == 143 and "ready" not in stdout
+
+
+def test_bench_serve_takes_exactly_the_servers_own_flags() -> None:
+    """`bench serve` passes its flags to the server's own parser, so every ServerOptions field is a flag."""
+    from dataclasses import fields
+
+    from engines.reference.serving.options import ServerOptions
+
+    result = bench("serve", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: bench serve")
+    for field in fields(ServerOptions):
+        assert f"--{field.name.replace('_', '-')}" in result.stdout, field.name
+    bad = bench("serve", "--max-num-seqs", "many")
+    assert bad.returncode == 2 and "--max-num-seqs: invalid int value: 'many'" in bad.stderr

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel.fleet import Assumptions, crossover, fleet_for
+from costmodel.fleet import crossover, fleet_for
+from costmodel.types import Assumptions
 
 R, ISL, OSL, A_REQ = 10.0, 300, 100, 0.00012
 

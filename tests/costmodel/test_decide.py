@@ -13,11 +13,10 @@ from datetime import date
 
 import pytest
 
-from costmodel.decide import EngineLevels, decide
+from costmodel.decide import decide
 from costmodel.inputs import Pricing, Requirements, Traffic
-from costmodel.model import MeasuredLevel
 from costmodel.prices import PriceError, load_catalog
-from loadgen.metrics import SLO
+from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
 
 CATALOG = load_catalog()
 TODAY = date(2025, 6, 1)
@@ -30,7 +29,7 @@ def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) ->
 
 
 def example_1(**pricing: object) -> object:
-    return decide([one_level(2400)], SLO(), Traffic(monthly_tokens=3e9, peak_to_average=2.0),
+    return decide([one_level(2400)], LatencyLimits(), Traffic(monthly_tokens=3e9, peak_to_average=2.0),
                   Pricing(**{"gpu": "lambda/h100-sxm/on-demand", "ops_usd_per_month": 2000,  # type: ignore[arg-type]
                              "providers": ["together/llama-3.1-8b"], "references": ["openai/gpt-4o-mini"],
                              **pricing}),
@@ -75,7 +74,7 @@ def test_sanity_example_1_closed_reference_crosses_over_at_363_billion_tokens() 
 
 
 def test_sanity_example_2_large_model_self_hosts() -> None:
-    d = decide([one_level(1500)], SLO(), Traffic(monthly_tokens=50e9, peak_to_average=1.5),
+    d = decide([one_level(1500)], LatencyLimits(), Traffic(monthly_tokens=50e9, peak_to_average=1.5),
                Pricing(gpu="lambda/h100-sxm/on-demand", gpus_per_replica=2, ops_usd_per_month=4000,
                        providers=["together/llama-3.3-70b"]), Requirements(), CATALOG, TODAY)
     best = d.best
@@ -97,7 +96,8 @@ def test_sanity_example_2_large_model_self_hosts() -> None:
 
 
 def test_a_requirement_decides_and_the_cost_section_still_sizes_it() -> None:
-    d = decide([one_level(2400)], SLO(), Traffic(monthly_tokens=3e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
+    d = decide([one_level(2400)], LatencyLimits(), Traffic(monthly_tokens=3e9),
+               Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
                Requirements(data_must_stay_on_premises=True, reason="patient records"), CATALOG, TODAY)
     assert d.verdict.answer == "self-host-required"
     assert "data must stay on our own infrastructure (patient records)" in d.verdict.headline
@@ -106,11 +106,11 @@ def test_a_requirement_decides_and_the_cost_section_still_sizes_it() -> None:
 
 def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
     pricing = Pricing(gpu="lambda/h100-sxm/on-demand", providers=["openai/gpt-4o-mini"])
-    d = decide([one_level(2400)], SLO(), None, pricing, Requirements(), CATALOG, TODAY)
+    d = decide([one_level(2400)], LatencyLimits(), None, pricing, Requirements(), CATALOG, TODAY)
     assert d.best.fleet is None and d.verdict.answer == "depends-on-volume"
     assert "above" in d.verdict.headline and any("No traffic volume given" in line for line in d.verdict.lines)
     assert any("peak-to-average 2 (assumed" in text for text in d.pricing.assumed)
-    no_cross = decide([one_level(2400)], SLO(), None, Pricing(gpu="lambda/h100-sxm/on-demand",
+    no_cross = decide([one_level(2400)], LatencyLimits(), None, Pricing(gpu="lambda/h100-sxm/on-demand",
                                                               model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
     assert no_cross.verdict.answer == "pay-per-token" and "at any volume" in no_cross.verdict.headline
 
@@ -118,8 +118,8 @@ def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
 def test_no_level_meeting_the_slo_leaves_the_decision_open_and_says_why() -> None:
     slow = EngineLevels("ref", (MeasuredLevel("c8", 8, 5.0, 640, 1280, 0.5, ttft_p95_ms=4000, num_ok=10,
                                               mean_input_tokens=256, mean_output_tokens=128),))
-    d = decide([slow], SLO(ttft_ms=2000), Traffic(monthly_tokens=3e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
-               Requirements(), CATALOG, TODAY)
+    d = decide([slow], LatencyLimits(ttft_ms=2000), Traffic(monthly_tokens=3e9),
+               Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
     assert d.best is None and d.verdict.answer == "undecided"
     assert any("c8: SLO attainment 50.0% < 95%, p95 TTFT 4,000 ms > 2,000 ms" in line for line in d.verdict.lines)
     assert d.results[0].levels[0].usd_per_request is not None  # the per-level costs are still there
@@ -127,7 +127,7 @@ def test_no_level_meeting_the_slo_leaves_the_decision_open_and_says_why() -> Non
 
 def test_the_cheaper_engine_is_the_one_the_verdict_uses() -> None:
     slow, fast = one_level(1200), one_level(2400)
-    d = decide([EngineLevels("slow", slow.levels), EngineLevels("fast", fast.levels)], SLO(),
+    d = decide([EngineLevels("slow", slow.levels), EngineLevels("fast", fast.levels)], LatencyLimits(),
                Traffic(monthly_tokens=30e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(),
                CATALOG, TODAY)
     assert d.best.engine == "fast"
@@ -141,12 +141,12 @@ def test_compared_to_the_cheapest_host_of_the_same_open_model() -> None:
 
 def test_unknown_names_and_a_missing_gpu_price_are_errors_that_say_what_to_give() -> None:
     with pytest.raises(PriceError, match="no GPU price: give --gpu NAME"):
-        decide([one_level(2400)], SLO(), None, Pricing(model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+        decide([one_level(2400)], LatencyLimits(), None, Pricing(model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
     with pytest.raises(PriceError, match="unknown GPU 'b9000'"):
-        decide([one_level(2400)], SLO(), None, Pricing(gpu="b9000"), Requirements(), CATALOG, TODAY)
+        decide([one_level(2400)], LatencyLimits(), None, Pricing(gpu="b9000"), Requirements(), CATALOG, TODAY)
     with pytest.raises(PriceError, match="unknown provider 'acme/llama'"):
-        decide([one_level(2400)], SLO(), None, Pricing(gpu="h100-sxm", providers=["acme/llama"]), Requirements(),
-               CATALOG, TODAY)
+        decide([one_level(2400)], LatencyLimits(), None, Pricing(gpu="h100-sxm", providers=["acme/llama"]),
+               Requirements(), CATALOG, TODAY)
 
 
 def test_your_own_gpu_price_wins_and_zero_is_allowed() -> None:

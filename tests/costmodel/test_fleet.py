@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.fleet import Assumptions, fleet_for
+from costmodel.fleet import fleet_for
+from costmodel.types import Assumptions
 
 R, ISL, OSL = 10.0, 300, 100
 BASE = Assumptions(gpu_usd_per_hour=2.0, peak_to_average=2.0, ops_usd_per_month=1000)

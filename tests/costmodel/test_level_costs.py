@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from costmodel.model import (
-    MeasuredLevel,
     blended_usd_per_m_tokens,
     break_even_utilization,
     cost_per,
@@ -18,7 +17,7 @@ from costmodel.model import (
     request_price,
 )
 from costmodel.prices import ProviderPrice
-from loadgen.metrics import SLO
+from costmodel.types import LatencyLimits, MeasuredLevel
 
 P = 3.60
 LEVEL = MeasuredLevel("c4", 4, request_per_s=1.0, output_tokens_per_s=100.0, input_tokens_per_s=400.0,
@@ -26,7 +25,7 @@ LEVEL = MeasuredLevel("c4", 4, request_per_s=1.0, output_tokens_per_s=100.0, inp
 
 
 def test_cost_per_request_and_per_million_tokens_by_hand() -> None:
-    cost = level_cost(LEVEL, P, SLO(), attainment_target=0.5)
+    cost = level_cost(LEVEL, P, LatencyLimits(), attainment_target=0.5)
     # C_req = P / (3600 * R) = 3.60 / 3600 = $0.001
     assert cost.usd_per_request == pytest.approx(0.001)
     # per 1M output = P * 1e6 / (3600 * X_out) = 3.6e6 / 360,000 = $10.00
@@ -41,18 +40,18 @@ def test_cost_per_request_and_per_million_tokens_by_hand() -> None:
 
 def test_a_level_with_zero_goodput_has_no_finite_cost_and_never_qualifies() -> None:
     dead = MeasuredLevel("c64", 64, 0.0, 0.0, 0.0, slo_attainment=0.0, num_ok=0)
-    cost = level_cost(dead, P, SLO(), 0.95)
+    cost = level_cost(dead, P, LatencyLimits(), 0.95)
     assert cost.usd_per_request is None and cost.usd_per_m_output_tokens is None
     assert cost.usd_per_m_total_tokens is None and cost.goodput_usd_per_request is None
     assert "no request completed" in cost.slo_problems
     # Requests complete but none meets the SLO: the plain cost is finite, the goodput cost is not.
     slow = MeasuredLevel("c32", 32, 2.0, 200.0, 800.0, slo_attainment=0.0, num_ok=40)
-    slow_cost = level_cost(slow, P, SLO(), 0.95)
+    slow_cost = level_cost(slow, P, LatencyLimits(), 0.95)
     assert slow_cost.usd_per_request == pytest.approx(0.0005) and slow_cost.goodput_usd_per_request is None
 
 
 def test_a_gpu_price_of_zero_costs_zero_per_request() -> None:
-    cost = level_cost(LEVEL, 0.0, SLO(), 0.5)
+    cost = level_cost(LEVEL, 0.0, LatencyLimits(), 0.5)
     assert cost.usd_per_request == 0.0 and cost.usd_per_m_output_tokens == 0.0
     assert cost_per(0.0, 0.0) is None  # nothing produced is still unbounded, not free
 

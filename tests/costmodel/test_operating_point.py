@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.model import MeasuredLevel, operating_point
-from loadgen.metrics import SLO
+from costmodel.model import operating_point
+from costmodel.types import LatencyLimits, MeasuredLevel
 
-SLO_1S = SLO(ttft_ms=1000, tpot_ms=100)
+SLO_1S = LatencyLimits(ttft_ms=1000, tpot_ms=100)
 
 
 def level(label: str, load: float, r: float, attainment: float, ttft: float | None, tpot: float | None,

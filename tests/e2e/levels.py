@@ -8,10 +8,10 @@ from pathlib import Path
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
-from loadgen.metrics import SLO, LevelSummary, summarize
+from loadgen.metrics import summarize
 from loadgen.recorder import JsonlWriter, read_records
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
-from loadgen.types import RequestRecord
+from loadgen.types import SLO, LevelSummary, RequestRecord
 from loadgen.workload import Workload, parse_length_spec
 
 

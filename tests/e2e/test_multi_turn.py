@@ -7,8 +7,8 @@ from collections import defaultdict
 from dataclasses import asdict
 
 from loadgen.arrivals import Level
-from loadgen.metrics import Distribution
 from loadgen.runner import LevelBounds
+from loadgen.types import Distribution
 from loadgen.workload import LengthDistribution, MultiTurn, Workload
 from tests.bench.test_cli import bench, only_run_dir
 from tests.e2e.levels import run_one_level

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports.results import server_views
+from bench.rundir import server_views
 from tests.bench.test_cli import BENCH, bench, only_run_dir
 from tests.servers import is_running
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.metrics import SLO, summarize
-from loadgen.types import ClientCheck, RequestRecord
+from loadgen.metrics import summarize
+from loadgen.types import SLO, ClientCheck, RequestRecord
 
 
 def record(send_s: float, chunk_times_s: list[float], chunk_tokens: list[int] | None = None, user: int = 0,

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from reports.render import render_report
+from bench.report import render_report
 from tests.reports.browser import check_page, find_chromium
 
 pytestmark = pytest.mark.skipif(find_chromium() is None, reason="needs chromium (apt-get install chromium)")
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(find_chromium() is None, reason="needs chromium 
 
 def test_report_opens_from_disk_without_errors_and_every_plot_is_a_real_image(complete_run: Path,
                                                                               tmp_path: Path) -> None:
-    files = render_report([complete_run], tmp_path / "report.html", today=date(2025, 6, 1))
+    files = render_report([complete_run], tmp_path / "report.html", today=date(2025, 6, 1)).files
     page = check_page(files.html, tmp_path / "screenshot.png")
     assert page.errors == []
     assert page.outside_requests == []

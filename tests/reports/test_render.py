@@ -13,20 +13,16 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from bench.scenario import load_scenario
-from costmodel.inputs import DecisionSettings
+from bench.report import ReportError, render_report, render_run_report, settings_from_run
+from bench.rundir import summarize_run
+from bench.scenario import DecisionSettings, load_scenario
 from reports.plots import PLOTS
-from reports.render import ReportError, render_report, render_run_report
-from reports.results import summarize_run
-from reports.runs import settings_from_run
 
 TODAY = date(2025, 6, 1)
 
 
 def settings_for(name: str = "chat", **changes: object) -> DecisionSettings:
-    s = load_scenario(name)
-    settings = DecisionSettings(slo=s.slo, traffic=s.traffic, pricing=s.pricing, requirements=s.requirements)
-    return settings.model_copy(update=changes)
+    return load_scenario(name).decision_settings().model_copy(update=changes)
 
 
 def images_of(html: str) -> dict[str, bytes]:
@@ -36,7 +32,7 @@ def images_of(html: str) -> dict[str, bytes]:
 
 def test_report_of_a_real_sweep_puts_the_verdict_first_and_every_figure_in_json(complete_run: Path,
                                                                                  tmp_path: Path) -> None:
-    files = render_report([complete_run], tmp_path / "report.html", today=TODAY)
+    files = render_report([complete_run], tmp_path / "report.html", today=TODAY).files
     html = files.html.read_text()
     assert html.index('id="verdict"') < html.index('id="side-by-side"') < html.index("<h2>Plots</h2>") \
         < html.index("<h2>Method</h2>") < html.index("<h2>Caveats</h2>") < html.index("<h2>Provenance</h2>")
@@ -57,7 +53,7 @@ def test_report_of_a_real_sweep_puts_the_verdict_first_and_every_figure_in_json(
 
 
 def test_the_html_is_self_contained_and_every_plot_is_a_non_blank_png(complete_run: Path, tmp_path: Path) -> None:
-    html = render_report([complete_run], tmp_path / "r.html", today=TODAY).html.read_text()
+    html = render_report([complete_run], tmp_path / "r.html", today=TODAY).files.html.read_text()
     assert not re.search(r'(src|href)="(?!data:)', html), "nothing may load from outside the file"
     assert "<script" not in html and "<link" not in html
     images = images_of(html)
@@ -70,7 +66,8 @@ def test_the_html_is_self_contained_and_every_plot_is_a_non_blank_png(complete_r
 
 def test_two_engines_are_compared_and_the_cheaper_one_decides(complete_run: Path, slower_run: Path,
                                                               tmp_path: Path) -> None:
-    files = render_report([slower_run, complete_run], tmp_path / "both.html", settings=settings_for(), today=TODAY)
+    files = render_report([slower_run, complete_run], tmp_path / "both.html", settings=settings_for(),
+                          today=TODAY).files
     data = files.data
     labels = [e["engine"] for e in data["engines"]]
     assert len(set(labels)) == 2 and all(label.startswith("endpoint (") for label in labels)  # same name: run ids
@@ -82,7 +79,7 @@ def test_two_engines_are_compared_and_the_cheaper_one_decides(complete_run: Path
 
 def test_an_interrupted_sweep_reports_what_exists_and_says_what_is_missing(interrupted_run: Path,
                                                                            tmp_path: Path) -> None:
-    files = render_report([interrupted_run], tmp_path / "report.html", today=TODAY)
+    files = render_report([interrupted_run], tmp_path / "report.html", today=TODAY).files
     warnings = " ".join(files.data["warnings"])
     assert "did not complete (status: interrupted)" in warnings
     assert "planned but never measured: c8" in warnings and "cut short before its end: c2" in warnings
@@ -92,7 +89,7 @@ def test_an_interrupted_sweep_reports_what_exists_and_says_what_is_missing(inter
 
 def test_a_scenario_without_traffic_still_reports_costs_and_says_what_to_add(complete_run: Path,
                                                                              tmp_path: Path) -> None:
-    files = render_report([complete_run], tmp_path / "r.html", settings=settings_for(traffic=None), today=TODAY)
+    files = render_report([complete_run], tmp_path / "r.html", settings=settings_for(traffic=None), today=TODAY).files
     verdict = files.data["verdict"]
     assert verdict["answer"] in {"pay-per-token", "depends-on-volume"}
     assert any("No traffic volume given: set traffic.monthly_tokens" in line for line in verdict["lines"])
@@ -104,7 +101,7 @@ def test_a_scenario_without_traffic_still_reports_costs_and_says_what_to_add(com
 def test_when_no_level_meets_the_slo_the_report_says_so_and_still_shows_the_levels(complete_run: Path,
                                                                                   tmp_path: Path) -> None:
     strict = settings_for().model_copy(update={"slo": settings_for().slo.model_copy(update={"ttft_ms": 1.0})})
-    files = render_report([complete_run], tmp_path / "r.html", settings=strict, today=TODAY)
+    files = render_report([complete_run], tmp_path / "r.html", settings=strict, today=TODAY).files
     assert files.data["verdict"]["answer"] == "undecided"
     assert "no measured load met the latency targets" in files.data["verdict"]["headline"]
     assert all(not lv["meets_slo"] for lv in files.data["engines"][0]["levels"])
@@ -116,7 +113,7 @@ def test_a_requirement_makes_self_hosting_required_and_the_cost_still_sizes_it(c
     base = settings_for()
     required = base.model_copy(update={"requirements": base.requirements.model_copy(
         update={"data_must_stay_on_premises": True, "reason": "customer contracts"})})
-    files = render_report([complete_run], tmp_path / "r.html", settings=required, today=TODAY)
+    files = render_report([complete_run], tmp_path / "r.html", settings=required, today=TODAY).files
     assert files.data["verdict"]["answer"] == "self-host-required"
     assert "customer contracts" in files.data["verdict"]["headline"]
     assert files.data["engines"][0]["fleet"]["gpus"] >= 2
@@ -141,5 +138,5 @@ def test_a_run_that_measured_nothing_has_no_report_and_a_missing_directory_is_na
     with pytest.raises(ReportError, match="nope: no such directory"):
         render_report([tmp_path / "nope"], today=TODAY)
     # next to a good run, the empty one is skipped with a note rather than sinking the report
-    files = render_report([empty, complete_run], tmp_path / "r.html", today=TODAY)
+    files = render_report([empty, complete_run], tmp_path / "r.html", today=TODAY).files
     assert any("skipped:" in w and "no requests.jsonl" in w for w in files.data["warnings"])

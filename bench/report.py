@@ -1,0 +1,172 @@
+"""The flow of a report: run directories -> summaries -> the cost model's inputs -> decide -> the report's files.
+
+    render_report(run_dirs, out, settings=..., prices=...)   what `bench report` calls
+    render_run_report(run_dir)                              what a sweep calls when it ends
+
+Every level is re-summarized from its records, so a report always agrees with `bench summarize`. An
+interrupted sweep is reported as far as it got, with what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import rundir
+from bench.scenario import DecisionSettings
+from common.validation import validate
+from costmodel.curve import monthly_cost_curve
+from costmodel.decide import decide
+from costmodel.prices import load_catalog
+from costmodel.types import Decision, EngineLevels, LatencyLimits, MeasuredLevel
+from loadgen.types import SLO, LevelSummary
+from reports.inputs import ReportInput, ReportRun
+from reports.render import REPORT_NAME, ReportFiles, write_report
+
+
+class ReportError(Exception):
+    """A setting the report cannot use, or a directory that is not a run; the message says which and what
+    to do."""
+
+
+class NothingToReport(ReportError):
+    """None of the run directories given has a measured request."""
+
+
+@dataclass(frozen=True)
+class Report:
+    files: ReportFiles
+    decision: Decision
+
+
+def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings: DecisionSettings | None = None,
+                  prices: Sequence[Path] = (), today: date | None = None) -> Report:
+    """Write the report for `run_dirs`. `settings` default to the scenario recorded in the first run.
+
+    Raises ReportError (NothingToReport when nothing was measured) or costmodel.prices.PriceError (a bad
+    price file or name); both carry a message meant for the user."""
+    run_dirs = [Path(d) for d in run_dirs]
+    if not run_dirs:
+        raise ReportError("give at least one run directory")
+    if settings is None:
+        is_run = (run_dirs[0] / rundir.RUN_FILE).is_file()
+        settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
+    runs, skipped = load_runs(run_dirs, settings.slo)
+    catalog = load_catalog(prices)
+    engines = [EngineLevels(run.label, tuple(level_from_summary(s) for s in _measured(run))) for run in runs]
+    decision = decide(engines, latency_limits(settings.slo), settings.traffic, settings.pricing,
+                      settings.requirements, catalog, today or date.today())
+    report_input = ReportInput(
+        decision=decision, runs=tuple(runs), cost_curve=monthly_cost_curve(decision),
+        settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
+        price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped))
+    out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
+    return Report(write_report(report_input, out), decision)
+
+
+def render_run_report(run_dir: Path) -> Path | None:
+    """The report of one finished (or interrupted) sweep, next to its records: `<run_dir>/report.html`.
+
+    None when the run measured nothing. Raises ReportError / PriceError when the scenario's pricing can't
+    be used (e.g. no GPU named); a sweep should print that message and carry on."""
+    try:
+        return render_report([Path(run_dir)], Path(run_dir) / REPORT_NAME).files.html
+    except NothingToReport:
+        return None
+
+
+def latency_limits(slo: SLO) -> LatencyLimits:
+    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms)
+
+
+def level_from_summary(s: LevelSummary) -> MeasuredLevel:
+    """What the cost model needs of one measured level (its request rate from tokens: see MeasuredLevel)."""
+    isl = _finite(s.mean_input_tokens)
+    osl = _finite(s.mean_output_tokens)
+    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
+    return MeasuredLevel(
+        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
+        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
+        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
+        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
+        summary_request_per_s=s.request_per_s,
+    )
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
+
+
+def _measured(run: ReportRun) -> tuple[LevelSummary, ...]:
+    """The levels the cost model uses: one kind only (closed loop when there is any)."""
+    return tuple(s for s in run.summaries if s.kind == run.kind)
+
+
+def load_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[ReportRun], list[str]]:
+    """Every run directory that has measurements, and a line for each one skipped (and why)."""
+    runs, skipped = [], []
+    for run_dir in run_dirs:
+        if not Path(run_dir).is_dir():
+            raise ReportError(f"{run_dir}: no such directory (expected a run directory written by `bench sweep`)")
+        try:
+            runs.append(_load_run(Path(run_dir), slo))
+        except rundir.RunDirError as exc:
+            skipped.append(str(exc))
+    if not runs:
+        raise NothingToReport("nothing to report: " + ("; ".join(skipped) or "no run directory given"))
+    return _unique_labels(runs), skipped
+
+
+def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
+    info = rundir.read_run_info(run_dir)
+    summaries = tuple(rundir.summarize_run(run_dir, slo))
+    if not summaries:
+        raise rundir.RunDirError(f"{run_dir}: no measured request yet (status: {info.status})")
+    kinds = Counter(s.kind for s in summaries)
+    kind = "concurrency" if kinds["concurrency"] else "rate"
+    measured = {s.level for s in summaries}
+    finished = set(rundir.read_level_runs(run_dir))
+    missing = tuple(label for label in info.levels if label not in measured)
+    cut_short = tuple(s.level for s in summaries if s.level not in finished)
+    notes = []
+    if info.status != "complete":
+        notes.append(f"the sweep did not complete (status: {info.status})")
+    if missing:
+        notes.append(f"planned but never measured: {', '.join(missing)}")
+    if cut_short:
+        notes.append(f"cut short before its end: {', '.join(cut_short)} (figures from the requests that finished)")
+    if len(kinds) > 1:
+        notes.append(f"the cost model uses the {kind} levels only; the others are shown in the tables")
+    gpus = info.gpu_names
+    return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
+                     missing=missing, cut_short=cut_short, notes=tuple(notes),
+                     server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
+                     gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info))
+
+
+def _provenance(info: rundir.RunInfo) -> dict[str, Any]:
+    return {"run_id": info.run_id or None, "started_at": info.started_at, "finished_at": info.finished_at,
+            "tool": info.tool or None, "engine": info.engine or None, "endpoint": info.endpoint,
+            "hardware": info.hardware or None, "scenario": info.scenario.get("name"),
+            "workload": info.scenario.get("workload"), "load": info.scenario.get("load"),
+            "levels_planned": info.levels or None}
+
+
+def _unique_labels(runs: list[ReportRun]) -> list[ReportRun]:
+    counts = Counter(r.label for r in runs)
+    return [r if counts[r.label] == 1 else replace(r, label=f"{r.label} ({r.run_dir.name})") for r in runs]
+
+
+def settings_from_run(run_dir: Path) -> DecisionSettings:
+    """The decision settings of the scenario a run was measured with (as recorded in its run.json)."""
+    try:
+        scenario = rundir.read_run_info(run_dir).scenario
+    except rundir.RunDirError as exc:
+        raise ReportError(f"{exc} (expected a run directory written by `bench sweep`)") from None
+    raw = {key: scenario[key] for key in ("slo", "traffic", "pricing", "requirements") if key in scenario}
+    return validate(DecisionSettings, raw, f"{run_dir / rundir.RUN_FILE} scenario", ReportError)

@@ -1,0 +1,166 @@
+"""The run directory: the contract between a sweep and everything that reads it afterwards.
+
+    runs/<utc-time>-<engine>-<scenario>/
+        run.json         RunInfo: tool version, engine, hardware, resolved scenario, levels, seeds, status
+        requests.jsonl   one RequestRecord per line, appended as each request ends
+        levels.jsonl     one line per finished level: timing and the client's check on itself
+        summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
+        telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
+        engine.log       the engine's output, when the toolkit launched it
+
+Everything in a report can be recomputed from these files alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from loadgen.metrics import summarize
+from loadgen.recorder import read_jsonl, read_records
+from loadgen.telemetry import server_view
+from loadgen.types import SLO, ClientCheck, LevelSummary, RequestRecord, ServerView
+
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+LEVELS_FILE = "levels.jsonl"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_JSON = "summary.json"
+ENGINE_LOG = "engine.log"
+TELEMETRY_FILE = "telemetry.jsonl"
+
+
+class RunDirError(Exception):
+    """Not a run directory, or one that holds nothing yet; the message names the directory."""
+
+
+@dataclass
+class RunInfo:
+    """run.json. `engine` is the launched engine's EngineInfo as written (at least its `name`); `scenario` the
+    resolved scenario; `levels` the labels planned, in order. A run.json of an older version may lack fields:
+    they read as their defaults."""
+
+    run_id: str
+    status: str = "unknown"  # starting, running, complete, interrupted, failed: ...
+    started_at: str | None = None
+    finished_at: str | None = None
+    tool: dict[str, str] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    endpoint: dict[str, Any] | None = None
+    hardware: dict[str, Any] = field(default_factory=dict)
+    scenario: dict[str, Any] = field(default_factory=dict)
+    levels: list[str] = field(default_factory=list)
+    client: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, int] = field(default_factory=dict)
+    telemetry: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> RunInfo:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in raw.items() if key in known and value is not None}
+        return cls(**{"run_id": "", **values})
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def engine_name(self) -> str:
+        return str(self.engine.get("name") or "engine")
+
+    @property
+    def engine_label(self) -> str:
+        """`vllm 0.8.5`: the engine and its version where it is known."""
+        version = self.engine.get("version")
+        return f"{self.engine_name} {version}" if version else self.engine_name
+
+    @property
+    def launched_by(self) -> str:
+        """`bench` for an engine the toolkit started, `user` for an endpoint that was already running."""
+        return str(self.engine.get("launched_by", "user"))
+
+    @property
+    def gpu_names(self) -> list[str] | None:
+        """The GPUs of the machine that ran it ([] for none); None when the run does not say."""
+        gpus = self.hardware.get("gpus")
+        return None if gpus is None else [str(gpu.get("name", "")) for gpu in gpus]
+
+    @property
+    def slo(self) -> SLO:
+        return SLO.model_validate(self.scenario.get("slo", {}))
+
+
+def new_run_dir(root: Path, engine: str, scenario: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    base = root / f"{stamp}-{engine}-{scenario}"
+    path, suffix = base, 1
+    while path.exists():
+        suffix += 1
+        path = base.with_name(f"{base.name}-{suffix}")
+    path.mkdir(parents=True)
+    return path
+
+
+def write_run_info(run_dir: Path, run: RunInfo) -> None:
+    """Written whole to a temporary file, then renamed: a reader never sees half a run.json."""
+    tmp = run_dir / (RUN_FILE + ".tmp")
+    tmp.write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
+    tmp.replace(run_dir / RUN_FILE)
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no {RUN_FILE}; is this a run directory?")
+    return RunInfo.from_json(json.loads(path.read_text()))
+
+
+def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    path = run_dir / LEVELS_FILE
+    return {row["level"]: row for row in read_jsonl(path)} if path.is_file() else {}
+
+
+def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
+    """Recompute every level's summary from the records on disk, in the order the levels ran."""
+    run = read_run_info(run_dir)
+    records_path = run_dir / REQUESTS_FILE
+    if not records_path.is_file():
+        raise RunDirError(f"{run_dir}: no {REQUESTS_FILE}; the sweep ended before any request finished")
+    by_level: dict[str, list[RequestRecord]] = {}
+    for record in read_records(records_path):
+        by_level.setdefault(record.level, []).append(record)
+    level_runs = read_level_runs(run_dir)
+    summaries = []
+    for level, records in by_level.items():
+        if all(r.is_warmup for r in records):
+            continue
+        client = level_runs.get(level, {}).get("client")
+        summaries.append(summarize(records, slo or run.slo, ClientCheck(**client) if client else None))
+    return summaries
+
+
+def server_views(run_dir: Path) -> list[ServerView]:
+    """Each measured level as the server saw it (from telemetry.jsonl); empty when nothing was sampled."""
+    path = run_dir / TELEMETRY_FILE
+    samples = list(read_jsonl(path)) if path.is_file() else []
+    if not samples:
+        return []
+    views = []
+    for level, row in read_level_runs(run_dir).items():
+        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
+        views.append(server_view(level, samples, start, start + row["wall_s"]))
+    return [view for view in views if view.num_samples]
+
+
+def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
+    rows = [s.flat() for s in summaries]
+    (run_dir / SUMMARY_JSON).write_text(json.dumps([asdict(s) for s in summaries], indent=2) + "\n")
+    if not rows:
+        return
+    with (run_dir / SUMMARY_CSV).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

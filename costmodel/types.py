@@ -1,0 +1,302 @@
+"""The cost model's records: what it takes in (measured levels, latency limits) and what it gives back
+(costs per level and engine, the fleet, the crossover, the sensitivity, the verdict, the whole decision).
+
+Frozen dataclasses and nothing else; the functions that fill them live in `model`, `fleet`, `sensitivity`,
+`verdict` and `decide`. A report reads these and nothing more of the cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH, Requirements
+from costmodel.prices import GpuPrice, ProviderPrice, StalePrice
+
+
+@dataclass(frozen=True)
+class LatencyLimits:
+    """The SLO's latency targets, in ms; None is not checked. (The scenario's SLO, as the cost model needs it.)"""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def describe(self, attainment_target: float) -> str:
+        """`p95 TTFT <= 500 ms, ..., at least 95% of requests meeting every target`."""
+        parts = [f"p95 {name} <= {limit:,.0f} ms" for name, limit in
+                 (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms)) if limit is not None]
+        parts.append(f"at least {attainment_target:.0%} of requests meeting every target")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class MeasuredLevel:
+    """What the cost model needs of one measured level of one engine on one replica (k GPUs).
+
+    `request_per_s` is R(c). From a run it is X_out / OSL: tokens are counted as they arrive in the steady
+    window, while whole requests count only when they end inside it, so in short levels the token count is
+    the steadier estimate of the same rate (`summary_request_per_s` keeps the window's own count).
+    """
+
+    label: str
+    load: float
+    request_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    slo_attainment: float = 1.0
+    ttft_p95_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    mean_input_tokens: float = 0.0
+    mean_output_tokens: float = 0.0
+    num_ok: int = 1
+    is_valid: bool = True
+    summary_request_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LevelCost:
+    """Self-hosted cost at one level; None where the level completed nothing (the cost is unbounded)."""
+
+    label: str
+    load: float
+    usd_per_request: float | None
+    usd_per_m_output_tokens: float | None
+    usd_per_m_total_tokens: float | None
+    goodput_usd_per_request: float | None
+    goodput_usd_per_m_output_tokens: float | None
+    slo_problems: tuple[str, ...]
+
+    @property
+    def meets_slo(self) -> bool:
+        return not self.slo_problems
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """c*: the highest load meeting the SLO, interpolated toward the first level above it that does not."""
+
+    load: float
+    request_per_s: float
+    output_tokens_per_s: float
+    below: str
+    above: str | None
+    limited_by: str
+    is_interpolated: bool = False
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The resolved numbers, other than the measurements and the volume, that set a monthly cost."""
+
+    gpu_usd_per_hour: float
+    gpus_per_replica: int = 1
+    operating_hours_per_month: float = HOURS_PER_MONTH
+    billed_hours_per_month: float = HOURS_PER_MONTH
+    peak_to_average: float = DEFAULT_PEAK_TO_AVERAGE
+    hourly_profile: tuple[float, ...] = ()
+    days_per_month: float = DAYS_PER_MONTH
+    autoscale: bool = True
+    headroom: float = 0.8
+    spare_replicas: int = 1
+    min_serving_replicas: int = 1
+    ops_usd_per_month: float = 0.0
+    cache_hit_rate: float = 0.0
+    uses_batch_api: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gpu_usd_per_hour < 0 or self.ops_usd_per_month < 0:
+            raise ValueError("prices must be >= 0")
+        if not 0 < self.headroom <= 1:
+            raise ValueError(f"headroom must be in (0, 1], got {self.headroom}")
+        if self.peak_to_average < 1 or self.min_serving_replicas < 1 or self.spare_replicas < 0:
+            raise ValueError("peak_to_average >= 1, min_serving_replicas >= 1, spare_replicas >= 0")
+        if self.hourly_profile and (len(self.hourly_profile) != 24 or sum(self.hourly_profile) <= 0):
+            raise ValueError("hourly_profile: 24 weights >= 0, at least one > 0")
+
+    @property
+    def replica_usd_per_hour(self) -> float:
+        """P = k * p_gpu."""
+        return self.gpus_per_replica * self.gpu_usd_per_hour
+
+    @property
+    def is_autoscaled(self) -> bool:
+        return bool(self.hourly_profile) and self.autoscale
+
+    @property
+    def hours_of_operation(self) -> float:
+        """H_op: given, or the profile's open hours times its days."""
+        if self.hourly_profile:
+            return self.days_per_month * sum(1 for w in self.hourly_profile if w > 0)
+        return self.operating_hours_per_month
+
+    @property
+    def peak_ratio(self) -> float:
+        """PAR: given, or the profile's busiest hour over its mean open hour."""
+        if self.hourly_profile:
+            open_hours = [w for w in self.hourly_profile if w > 0]
+            return max(open_hours) * len(open_hours) / sum(open_hours)
+        return self.peak_to_average
+
+    @property
+    def max_utilization(self) -> float:
+        """U_max: about the highest average utilization a fleet can reach (less with spares and rounding)."""
+        if self.is_autoscaled:
+            return self.headroom
+        return self.headroom * (self.hours_of_operation / self.billed_hours_per_month) / self.peak_ratio
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    monthly_tokens: float
+    requests_per_month: float
+    average_request_per_s: float
+    peak_request_per_s: float
+    serving_replicas: int
+    spare_replicas: int
+    total_replicas: int
+    gpus: int
+    replica_hours_per_month: float
+    gpu_usd_per_month: float
+    ops_usd_per_month: float
+    monthly_usd: float
+    utilization: float
+    hourly_serving_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where self-hosting becomes cheaper than one provider: a monthly volume, or None and why not."""
+
+    monthly_tokens: float | None
+    serving_replicas: int | None
+    break_even_utilization: float | None
+    max_utilization: float
+    reason: str
+    stays_cheaper_above: float | None = None  # past the sawtooth's last gap (closed form only)
+
+
+@dataclass(frozen=True)
+class Variation:
+    label: str
+    self_host_usd_per_month: float | None
+    provider_usd_per_month: float | None
+    crossover_tokens: float | None
+
+    @property
+    def saving_usd_per_month(self) -> float | None:
+        """Provider minus self-hosted: positive when self-hosting saves money."""
+        if self.self_host_usd_per_month is None or self.provider_usd_per_month is None:
+            return None
+        return self.provider_usd_per_month - self.self_host_usd_per_month
+
+
+@dataclass(frozen=True)
+class SensitivityRow:
+    name: str
+    base_label: str
+    variations: tuple[Variation, ...]
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    baseline: Variation
+    rows: tuple[SensitivityRow, ...]
+
+    def flips(self, row: SensitivityRow) -> bool:
+        """Does some variation of this row change which side is cheaper?"""
+        base = self.baseline.saving_usd_per_month
+        if base is None:
+            return any((v.crossover_tokens is None) != (self.baseline.crossover_tokens is None)
+                       for v in row.variations)
+        return any(v.saving_usd_per_month is not None and (v.saving_usd_per_month > 0) != (base > 0)
+                   for v in row.variations)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answer: str
+    headline: str
+    lines: tuple[str, ...]
+    self_host_usd_per_month: float | None = None
+    provider_usd_per_month: float | None = None
+    crossover_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineLevels:
+    engine: str
+    levels: tuple[MeasuredLevel, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedPricing:
+    assumptions: Assumptions
+    gpu: GpuPrice | None
+    gpu_label: str
+    providers: tuple[ProviderPrice, ...]
+    references: tuple[ProviderPrice, ...]
+    monthly_tokens: float | None
+    input_share: float | None
+    assumed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderCost:
+    id: str
+    model: str
+    model_name: str
+    open_weights: bool
+    is_secondary: bool
+    quantization: str | None
+    usd_per_request: float
+    usd_per_m_tokens: float
+    monthly_usd: float | None
+    break_even_utilization: float | None
+    crossover: Crossover | None
+
+
+@dataclass(frozen=True)
+class CostResult:
+    engine: str
+    isl: float
+    osl: float
+    replica_usd_per_hour: float
+    levels: tuple[LevelCost, ...]
+    operating_point: OperatingPoint | None
+    no_operating_point_reason: str
+    usd_per_request: float | None
+    fleet: FleetPlan | None
+    providers: tuple[ProviderCost, ...]
+    warnings: tuple[str, ...] = ()
+
+    def provider(self, provider_id: str) -> ProviderCost | None:
+        return next((p for p in self.providers if p.id == provider_id), None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    results: tuple[CostResult, ...]
+    best: CostResult | None
+    compared_to: ProviderCost | None
+    verdict: Verdict
+    sensitivity: Sensitivity | None
+    pricing: ResolvedPricing
+    requirements: Requirements
+    slo: LatencyLimits
+    attainment_target: float
+    stale_prices: tuple[StalePrice, ...]
+    today: date
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Monthly cost (USD) at each monthly volume (tokens): per engine's fleet and per provider."""
+
+    volumes: list[float]
+    self_host: dict[str, list[float]]
+    providers: dict[str, list[float]]
+    crossovers: dict[str, float | None]
+    traffic: float | None

@@ -1,0 +1,48 @@
+"""What a report is made from: the decision, and each run as far as a reader needs it.
+
+`bench.report` fills these from run directories and the cost model; a report only lays them out, so it
+reads no file and computes no figure of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from costmodel.types import CostCurve, Decision
+from loadgen.types import LevelSummary, ServerView
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """One run directory: its measured levels, what went missing, and where it came from."""
+
+    run_dir: Path
+    label: str  # the engine (and version), unique among the report's runs
+    status: str
+    summaries: tuple[LevelSummary, ...]
+    kind: str  # the load kind the cost model used: "concurrency" or "rate"
+    missing: tuple[str, ...] = ()  # planned levels never measured
+    cut_short: tuple[str, ...] = ()  # levels measured but not finished
+    notes: tuple[str, ...] = ()
+    server_views: tuple[ServerView, ...] = ()
+    launched_by: str = "user"  # "bench" when the toolkit started the engine
+    gpu_names: tuple[str, ...] | None = None  # the GPUs that ran it; None when the run does not say
+    # What ran, from run.json: run_id, started_at, finished_at, tool, engine, endpoint, hardware, scenario (its
+    # name), workload, load, levels_planned.
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    decision: Decision
+    runs: tuple[ReportRun, ...]
+    cost_curve: CostCurve | None
+    settings: dict[str, Any]  # the scenario's slo, traffic, pricing and requirements, as used
+    model: str | None  # the model priced (pricing.model), for the title
+    gpu: str | None  # the GPU priced (pricing.gpu), for the title when no catalog row was used
+    price_origins: tuple[str, ...]
+    generated_at: datetime
+    skipped: tuple[str, ...] = ()  # run directories left out, and why

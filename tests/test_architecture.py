@@ -1,0 +1,86 @@
+"""The shape of the code (ARCHITECTURE.md): which package may import which, and no module importing itself
+back through another. Every import counts, a function's lazy ones included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports")
+
+# package (or module prefix) -> what it may import of ours besides itself; the most specific prefix wins
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "bench": PACKAGES,
+    "common": (),
+    "loadgen": ("common",),
+    "costmodel": ("common",),
+    "reports": ("common", "loadgen.types", "costmodel.types"),
+    "engines": ("common",),
+    "engines.reference": (),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def our_modules() -> dict[str, Path]:
+    return {module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module of ours that `path` imports (`from a.b import c` counts a.b, and a.b.c when it is one)."""
+    modules = our_modules()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in modules)
+    return found
+
+
+def rule_for(module: str) -> tuple[str, tuple[str, ...]]:
+    owner = max((prefix for prefix in MAY_IMPORT if module == prefix or module.startswith(prefix + ".")), key=len)
+    return owner, MAY_IMPORT[owner]
+
+
+def allowed(module: str, imported: str) -> bool:
+    owner, may = rule_for(module)
+    within = imported == owner or imported.startswith(owner + ".")
+    if owner == "engines" and imported.startswith("engines.reference"):
+        within = imported == "engines.reference"  # launchers run it by name, they don't reach inside
+    return within or any(imported == m or imported.startswith(m + ".") for m in may)
+
+
+@pytest.mark.parametrize("module", sorted(our_modules()))
+def test_each_module_imports_only_what_its_package_may(module: str) -> None:
+    path = our_modules()[module]
+    bad = sorted(imported for imported in imports_of(path) if not allowed(module, imported))
+    assert not bad, f"{module} ({rule_for(module)[0]} may import {rule_for(module)[1] or 'nothing of ours'}) " \
+                    f"imports {bad}"
+
+
+def test_no_module_imports_itself_back_through_another() -> None:
+    graph = {module: imports_of(path) - {module} for module, path in our_modules().items()}
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    cycles.append(" -> ".join((*trail, start)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*trail, nxt)))
+    # a package's __init__ is imported by each of its modules' imports; only real modules count
+    real = [c for c in cycles if not any(part in PACKAGES for part in c.split(" -> "))]
+    assert not real, "import circles:\n" + "\n".join(sorted(set(real)))
