@@ -13,7 +13,7 @@ from rich.text import Text
 
 from common.units import share
 from engines.availability import Availability
-from loadgen.arrivals import Level
+from loadgen.arrivals import Level, parse_label
 from loadgen.runner import LevelBounds
 from loadgen.types import LevelSummary, RequestRecord, ServerView
 
@@ -121,8 +121,11 @@ def engines_table(engines: list[Availability]) -> Table:
     return table
 
 
-def _level_order(label: str) -> tuple[str, float]:
-    return label[0], float(label[1:]) if label[1:].replace(".", "", 1).isdigit() else 0.0
+def _level_order(label: str) -> tuple[str, float, int, int]:
+    """c1 before c8 before c8#2 before c32; closed-loop levels before arrival rates."""
+    parsed = parse_label(label)
+    target = parsed.target if parsed.target == parsed.target else 0.0  # NaN sorts first
+    return parsed.base[:1], target, parsed.repeat, parsed.attempt
 
 
 def _note(s: LevelSummary) -> str:

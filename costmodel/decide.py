@@ -23,6 +23,7 @@ from costmodel.model import (
     LevelCost,
     MeasuredLevel,
     OperatingPoint,
+    at_level,
     blended_usd_per_m_tokens,
     break_even_utilization,
     cost_per,
@@ -30,6 +31,7 @@ from costmodel.model import (
     mean_lengths,
     operating_point,
     request_price,
+    slo_problems,
 )
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices
 from costmodel.sensitivity import sensitivity
@@ -82,29 +84,50 @@ def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
     isl, osl = mean_lengths(engine.levels)
     costs = tuple(level_cost(lv, a.replica_usd_per_hour, slo, attainment_target)
                   for lv in sorted(engine.levels, key=lambda lv: lv.load))
-    point = operating_point(engine.levels, slo, attainment_target)
+    point = _point(engine, slo, attainment_target)
     reason = "" if point else _no_point_reason(costs)
-    fleet = None
+    fleet = fleet_range = None
     if point is not None and pricing.monthly_tokens is not None:
         fleet = fleet_for(pricing.monthly_tokens, point.request_per_s, isl, osl, a)
+        if point.request_per_s_range is not None:
+            low, high = point.request_per_s_range
+            fleet_range = (fleet_for(pricing.monthly_tokens, high, isl, osl, a),
+                           fleet_for(pricing.monthly_tokens, max(low, 1e-9), isl, osl, a))
     c_req = cost_per(a.replica_usd_per_hour, point.request_per_s) if point else None
+    c_range = None
+    if point is not None and point.request_per_s_range is not None and point.request_per_s_range[0] > 0:
+        c_range = (cost_per(a.replica_usd_per_hour, point.request_per_s_range[1]) or 0.0,
+                   cost_per(a.replica_usd_per_hour, point.request_per_s_range[0]) or 0.0)
     providers = tuple(_provider_cost(row, row in pricing.references and row not in pricing.providers, isl, osl,
                                      point, c_req, fleet, a)
                       for row in (*pricing.providers, *[r for r in pricing.references if r not in pricing.providers]))
     return CostResult(engine.engine, isl, osl, a.replica_usd_per_hour, costs, point, reason, c_req, fleet,
-                      providers, tuple(_warnings(engine, point, pricing, isl, osl)))
+                      providers, tuple(_warnings(engine, point, pricing, isl, osl)), fleet_range, c_range)
+
+
+def _point(engine: EngineLevels, slo: LatencyLimits, attainment_target: float) -> OperatingPoint | None:
+    """The capacity a search found, when it meets the SLO; else the highest measured level that does."""
+    found = engine.capacity
+    if found is not None and not slo_problems(found, slo, attainment_target):
+        return at_level(found, None, "the capacity search: the next load it tried did not meet the SLO")
+    return operating_point(engine.levels, slo, attainment_target)
 
 
 def _provider_cost(row: ProviderPrice, is_secondary: bool, isl: float, osl: float, point: OperatingPoint | None,
                    c_req: float | None, fleet: FleetPlan | None, a: Assumptions) -> ProviderCost:
     price = request_price(row, isl, osl, a.cache_hit_rate, a.uses_batch_api)
     cross = crossover(point.request_per_s, isl, osl, a, price) if point and isl + osl > 0 else None
+    cross_range = None
+    if cross is not None and point is not None and point.request_per_s_range is not None:
+        low, high = point.request_per_s_range
+        cross_range = (crossover(high, isl, osl, a, price).monthly_tokens,
+                       crossover(low, isl, osl, a, price).monthly_tokens if low > 0 else None)
     return ProviderCost(
         id=row.id, model=row.model, model_name=row.model_name or row.model, open_weights=row.open_weights,
         is_secondary=is_secondary, quantization=row.quantization, usd_per_request=price,
         usd_per_m_tokens=blended_usd_per_m_tokens(price, isl, osl),
         monthly_usd=fleet.requests_per_month * price if fleet else None,
-        break_even_utilization=break_even_utilization(c_req, price), crossover=cross)
+        break_even_utilization=break_even_utilization(c_req, price), crossover=cross, crossover_range=cross_range)
 
 
 def _no_point_reason(costs: tuple[LevelCost, ...]) -> str:
@@ -117,14 +140,16 @@ def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: Resol
               osl: float) -> list[str]:
     warnings = [f"{engine.engine} {lv.label}: the client fell behind; the level is not used for the operating point"
                 for lv in engine.levels if not lv.is_valid]
-    if point is not None and point.above is None and point.below != GIVEN:
-        warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.below}); its "
-                        "capacity may be higher, so the self-hosted cost may be lower: measure more load")
+    if point is not None and point.next_failing is None and point.level != GIVEN and engine.capacity is None:
+        warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.level}); its "
+                        "capacity may be higher, so the self-hosted cost may be lower: measure more load "
+                        "(`bench capacity` finds it)")
     share = pricing.input_share
     if share is not None and isl + osl > 0 and abs(share - isl / (isl + osl)) > MIX_MISMATCH:
         warnings.append(f"the traffic is {share:.0%} input tokens but the measured workload was "
                         f"{isl / (isl + osl):.0%}: measure with the traffic's prompt and answer lengths")
-    level = next((lv for lv in engine.levels if point and lv.label == point.below), None)
+    level = next((lv for lv in (*engine.levels, engine.capacity) if lv and point and lv.label == point.level),
+                 None)
     if level and level.summary_request_per_s and level.request_per_s > 0:
         gap = abs(level.summary_request_per_s / level.request_per_s - 1)
         if gap > RATE_MISMATCH:

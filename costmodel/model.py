@@ -104,54 +104,33 @@ def break_even_utilization(self_usd_per_request: float | None, provider_usd_per_
 
 def operating_point(levels: Sequence[MeasuredLevel], slo: LatencyLimits,
                     attainment_target: float) -> OperatingPoint | None:
-    """None when no level meets the SLO. Never extrapolates beyond the highest measured level."""
+    """c*: the highest *measured* load that meets the SLO (COSTMODEL.md: interpolating toward a failing
+    level overstates capacity, since latency rises faster than linearly near saturation). None when no
+    level meets it; never beyond the highest measured level."""
     ordered = sorted(levels, key=lambda lv: lv.load)
     passing = [i for i, lv in enumerate(ordered) if not slo_problems(lv, slo, attainment_target)]
     if not passing:
         return None
-    lo = ordered[passing[-1]]
-    if passing[-1] == len(ordered) - 1:
-        return _at(lo, None, "the highest measured level (capacity may be higher: measure more load)")
-    hi = ordered[passing[-1] + 1]
-    if not hi.is_valid:
-        return _at(lo, None, f"{hi.label} above it is invalid (the client fell behind)")
-    fraction, limit = _crossing(lo, hi, slo, attainment_target)
-    point = _interpolate(lo, hi, fraction, limit)
-    if point.request_per_s < lo.request_per_s:  # throughput fell past the peak: run at the level itself
-        return _at(lo, hi.label, f"{limit} (throughput falls beyond {lo.label})")
-    return point
+    level = ordered[passing[-1]]
+    above = ordered[passing[-1] + 1] if passing[-1] + 1 < len(ordered) else None
+    if above is None:
+        limited_by = "the highest measured level (capacity may be higher: measure more load)"
+    elif not above.is_valid:
+        limited_by = f"{above.label} above it is invalid (the client fell behind)"
+    else:
+        limited_by = f"{above.label} above it: " + "; ".join(slo_problems(above, slo, attainment_target))
+    return at_level(level, above.label if above else None, limited_by)
 
 
-def _at(level: MeasuredLevel, above: str | None, limited_by: str) -> OperatingPoint:
-    return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, above, limited_by)
-
-
-def _crossing(lo: MeasuredLevel, hi: MeasuredLevel, slo: LatencyLimits, target: float) -> tuple[float, str]:
-    """The smallest fraction of the way from `lo` to `hi` at which a criterion reaches its limit."""
-    crossings = []
-    if hi.slo_attainment < target:
-        crossings.append((_fraction(lo.slo_attainment, hi.slo_attainment, target), f"SLO attainment {target:.0%}"))
-    for (name, low, limit), (_, high, _) in zip(_latency_checks(lo, slo), _latency_checks(hi, slo), strict=True):
-        if low is not None and high is not None and high > limit:
-            crossings.append((_fraction(low, high, limit), f"p95 {name} {limit:,.0f} ms"))
-    if not crossings:  # hi fails for a reason with no value to interpolate (nothing completed)
-        return 0.0, f"{hi.label}: " + "; ".join(slo_problems(hi, slo, target))
-    return min(crossings)
-
-
-def _fraction(low: float, high: float, limit: float) -> float:
-    if high == low:
-        return 0.0
-    return min(1.0, max(0.0, (limit - low) / (high - low)))
-
-
-def _interpolate(lo: MeasuredLevel, hi: MeasuredLevel, f: float, limited_by: str) -> OperatingPoint:
-    def mix(a: float, b: float) -> float:
-        return a + f * (b - a)
-
-    return OperatingPoint(mix(lo.load, hi.load), mix(lo.request_per_s, hi.request_per_s),
-                          mix(lo.output_tokens_per_s, hi.output_tokens_per_s), lo.label, hi.label, limited_by,
-                          is_interpolated=f > 0)
+def at_level(level: MeasuredLevel, next_failing: str | None, limited_by: str) -> OperatingPoint:
+    """The operating point at a measured level, with its throughput interval when it was repeated."""
+    rate_range = level.request_per_s_range
+    tokens_range = None
+    if rate_range is not None and level.request_per_s > 0:
+        per_request = level.output_tokens_per_s / level.request_per_s
+        tokens_range = (rate_range[0] * per_request, rate_range[1] * per_request)
+    return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, next_failing,
+                          limited_by, rate_range, tokens_range, level.num_repeats)
 
 
 def request_price(price: ProviderPrice, isl: float, osl: float, cache_hit_rate: float = 0.0,

@@ -53,6 +53,9 @@ class MeasuredLevel:
     num_ok: int = 1
     is_valid: bool = True
     summary_request_per_s: float | None = None
+    # Measured in repeats: R's 95 % interval across them (the other figures are their means).
+    request_per_s_range: tuple[float, float] | None = None
+    num_repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -75,15 +78,17 @@ class LevelCost:
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """c*: the highest load meeting the SLO, interpolated toward the first level above it that does not."""
+    """c*: the highest measured load meeting the SLO; with repeats, its throughput's 95 % interval."""
 
     load: float
     request_per_s: float
     output_tokens_per_s: float
-    below: str
-    above: str | None
+    level: str  # the measured level it is
+    next_failing: str | None  # the level above it that does not meet the SLO, if one was measured
     limited_by: str
-    is_interpolated: bool = False
+    request_per_s_range: tuple[float, float] | None = None
+    output_tokens_per_s_range: tuple[float, float] | None = None
+    num_repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -226,8 +231,12 @@ class Verdict:
 
 @dataclass(frozen=True)
 class EngineLevels:
+    """One engine's measured levels; `capacity`, when a capacity search found it, is the operating point's
+    level (its throughput at the highest load that met the SLO), used instead of the highest passing level."""
+
     engine: str
     levels: tuple[MeasuredLevel, ...]
+    capacity: MeasuredLevel | None = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,8 @@ class ProviderCost:
     monthly_usd: float | None
     break_even_utilization: float | None
     crossover: Crossover | None
+    # With a throughput interval: the crossover volume at its high end and at its low end (None: no crossover).
+    crossover_range: tuple[float | None, float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -270,6 +281,9 @@ class CostResult:
     fleet: FleetPlan | None
     providers: tuple[ProviderCost, ...]
     warnings: tuple[str, ...] = ()
+    # With a throughput interval: the fleet sized at its high end (fewer replicas) and at its low end.
+    fleet_range: tuple[FleetPlan, FleetPlan] | None = None
+    usd_per_request_range: tuple[float, float] | None = None
 
     def provider(self, provider_id: str) -> ProviderCost | None:
         return next((p for p in self.providers if p.id == provider_id), None)

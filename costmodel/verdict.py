@@ -37,6 +37,9 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
                      f"{usd(fleet.gpu_usd_per_month)} GPUs + {usd(fleet.ops_usd_per_month)} operations.")
     if compared and cross:
         lines.append(_crossover_line(cross_tokens, cross.reason, compared, volume))
+    range_line = _range_line(best, compared, volume)
+    if range_line:
+        lines.append(range_line)
     if requirements.is_self_hosting_required():
         return _required(requirements, lines, self_usd, api_usd, cross_tokens)
     if compared is None:
@@ -49,7 +52,8 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
             return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
                            "that meets the SLO.", tuple(lines), crossover_tokens=None)
         return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
-                       f"{tokens(cross_tokens)} tokens/month.", tuple(lines), crossover_tokens=cross_tokens)
+                       f"{_volume_span(cross_tokens, compared.crossover_range)} tokens/month.", tuple(lines),
+                       crossover_tokens=cross_tokens)
     where = f"{compared.id}, the cheapest of the compared hosts" if not compared.is_secondary else compared.id
     if self_usd < api_usd:
         head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
@@ -63,15 +67,62 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
 def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLimits, target: float) -> str:
     point = best.operating_point
     assert point is not None
-    if point.below == "given":
+    if point.level == "given":
         return (f"At {point.request_per_s:.2f} requests/s per replica ({point.output_tokens_per_s:,.0f} output "
                 f"tokens/s, as given) a request costs {usd(best.usd_per_request)} on "
                 f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
-    where = (f"between {point.below} and {point.above}" if point.is_interpolated else f"at {point.below}")
+    spread = ""
+    if point.request_per_s_range is not None:
+        low, high = point.request_per_s_range
+        spread = f", {low:.2f} to {high:.2f} in {point.num_repeats} repeats (95 % interval)"
     return (f"{best.engine} meets the SLO ({slo.describe(target)}) up to {point.request_per_s:.2f} requests/s "
-            f"per replica ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, {where}; "
-            f"limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
+            f"per replica{spread} ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, at "
+            f"{point.level}; limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
             f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
+
+
+def _range_line(best: CostResult, compared: ProviderCost | None, volume: float | None) -> str | None:
+    """What the throughput's interval does to the money: the fleet's cost and the crossover as ranges."""
+    point = best.operating_point
+    if point is None or point.request_per_s_range is None:
+        return None
+    low, high = point.request_per_s_range
+    parts = []
+    if best.fleet_range is not None:
+        cheap, dear = best.fleet_range
+        parts.append(f"the fleet for {tokens(volume)} tokens/month costs {usd(cheap.monthly_usd)} to "
+                     f"{usd(dear.monthly_usd)}/month ({cheap.gpus} to {dear.gpus} GPUs)")
+    if compared is not None and compared.crossover_range is not None:
+        cross = compared.crossover.monthly_tokens if compared.crossover else None
+        parts.append(f"self-hosting is cheaper than {compared.id} above "
+                     f"{_volume_span(cross, compared.crossover_range)} tokens/month")
+    if not parts:
+        return None
+    return f"Over the throughput's 95 % interval ({low:.2f} to {high:.2f} requests/s per replica): " + \
+        "; ".join(parts) + "."
+
+
+def _volume_span(point: float | None, span: tuple[float | None, float | None] | None) -> str:
+    """`18 to 21 B` from a crossover range; the point itself without one (or an open end: `18 B or more`)."""
+    if span is None:
+        return tokens(point)
+    low, high = span
+    if low is None and high is None:
+        return tokens(point)
+    if high is None:
+        return f"{tokens(low)} or more"
+    if low is None or tokens(low) == tokens(high):
+        return tokens(high if low is None else low)
+    return _shared_unit(low, high)
+
+
+def _shared_unit(low: float, high: float) -> str:
+    """`18 to 21 B` when both read in the same unit, else `900 M to 1.2 B`."""
+    a, b = tokens(low), tokens(high)
+    unit_a, unit_b = a.rsplit(" ", 1)[-1], b.rsplit(" ", 1)[-1]
+    if " " in a and unit_a == unit_b:
+        return f"{a.rsplit(' ', 1)[0]} to {b}"
+    return f"{a} to {b}"
 
 
 def _crossover_line(cross_tokens: float | None, reason: str, compared: ProviderCost, volume: float | None) -> str:

@@ -19,12 +19,17 @@ LevelKind = Literal["concurrency", "rate"]
 
 @dataclass(frozen=True)
 class Level:
-    """One point of a sweep: `concurrency` users (closed loop) or `rate` requests/s (open loop)."""
+    """One point of a sweep: `concurrency` users (closed loop) or `rate` requests/s (open loop).
+
+    Its label names it in every record: `c8`, `r2.5`; the second repeat of a level is `c8#2`, and a level
+    run again after the client fell behind gets `~2` (`c8~2`, `c8#2~2`)."""
 
     kind: LevelKind
     value: float
     burstiness: float = 1.0
     max_concurrency: int | None = None  # open loop only: a cap on requests in flight
+    repeat: int = 1
+    attempt: int = 1
 
     def __post_init__(self) -> None:
         if self.kind == "concurrency" and (self.value < 1 or self.value != int(self.value)):
@@ -33,14 +38,44 @@ class Level:
             raise ValueError(f"rate must be > 0 requests/s, got {self.value:g}")
         if self.burstiness <= 0:
             raise ValueError(f"burstiness must be > 0, got {self.burstiness:g}")
+        if self.repeat < 1 or self.attempt < 1:
+            raise ValueError("repeat and attempt count from 1")
+
+    @property
+    def base_label(self) -> str:
+        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
 
     @property
     def label(self) -> str:
-        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+        repeat = f"#{self.repeat}" if self.repeat > 1 else ""
+        attempt = f"~{self.attempt}" if self.attempt > 1 else ""
+        return self.base_label + repeat + attempt
 
     @property
     def num_users(self) -> int:
         return int(self.value)
+
+
+@dataclass(frozen=True)
+class LevelLabel:
+    base: str  # c8, r2.5
+    repeat: int = 1
+    attempt: int = 1
+
+    @property
+    def target(self) -> float:
+        """The load: users or requests/s (NaN for a label that names none)."""
+        try:
+            return float(self.base[1:])
+        except ValueError:
+            return float("nan")
+
+
+def parse_label(label: str) -> LevelLabel:
+    """`c8#2~2` -> LevelLabel("c8", repeat=2, attempt=2); the inverse of `Level.label`."""
+    rest, _, attempt = label.partition("~")
+    base, _, repeat = rest.partition("#")
+    return LevelLabel(base, int(repeat) if repeat.isdigit() else 1, int(attempt) if attempt.isdigit() else 1)
 
 
 def arrival_offsets(rate_per_s: float, burstiness: float, seed: int) -> Iterator[float]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from loadgen.arrivals import parse_label
 from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord
 
 MAX_LOOP_LAG_P99_MS = 20.0
@@ -47,8 +48,10 @@ def summarize(
     run_start = min(r.send_s for r in measured)
     run_s = max(max(r.end_s or r.send_s for r in measured) - run_start, 1e-9)
     first = measured[0]
+    label = parse_label(first.level)
     summary = LevelSummary(
-        engine=first.engine, level=first.level, kind=kind, target=_level_target(first.level),
+        engine=first.engine, level=first.level, kind=kind, target=label.target, base_level=label.base,
+        repeat=label.repeat,
         num_requests=len(measured), num_ok=len(ok), num_failed=len(measured) - len(ok),
         failure_rate=(len(measured) - len(ok)) / len(measured),
         failures_by_kind=dict(Counter(r.error_kind or "unknown" for r in measured if not r.ok)),
@@ -186,13 +189,6 @@ def _invalid_reasons(s: LevelSummary) -> list[str]:
     if s.kind == "concurrency" and s.is_steady_window and s.mean_in_flight < MIN_HELD_CONCURRENCY_FRACTION * s.target:
         reasons.append(f"client held {s.mean_in_flight:.1f} of {s.target:g} requests in flight")
     return reasons
-
-
-def _level_target(label: str) -> float:
-    try:
-        return float(label[1:])
-    except ValueError:
-        return math.nan
 
 
 def _mean(values: list[int] | list[float]) -> float:

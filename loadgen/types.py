@@ -178,6 +178,8 @@ class LevelSummary:
     client: ClientCheck | None = None
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
+    base_level: str = ""  # the level without its repeat (c8 for c8#2)
+    repeat: int = 1
 
     def flat(self) -> dict[str, Any]:
         """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns."""
@@ -208,3 +210,34 @@ class ServerView:
     max_kv_cache_usage: float | None  # 1 = every block in use
     preemptions: float | None
     prefix_cache_hit_rate: float | None
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure measured in repeats: their mean, the 95 % Student-t interval of that mean, and each value.
+    One value gives an interval of zero width (nothing is known about the spread)."""
+
+    mean: float
+    low: float
+    high: float
+    values: tuple[float, ...]
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+
+@dataclass(frozen=True)
+class RepeatedLevel:
+    """One level of one engine over its repeats: each headline figure as an Interval."""
+
+    engine: str
+    level: str  # the base label: c8
+    kind: str
+    target: float
+    labels: tuple[str, ...]  # the repeats' own labels: c8, c8#2, c8#3
+    figures: dict[str, Interval]  # HEADLINE_FIGURES -> interval
+
+    @property
+    def num_repeats(self) -> int:
+        return len(self.labels)

@@ -9,6 +9,11 @@ request: what a client sees when a server closes idle connections); `fault_every
 every n-th request only. `PUT /_script` changes the script of a running server; `GET /_sent` says when
 the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that.
 
+Load can be scripted too, so a capacity under an SLO is known in closed form: `itl_per_stream_ms` adds
+that much to every gap for each other stream in flight (gap = itl_ms + itl_per_stream_ms * (streams - 1),
+taken when the gap starts), and `max_streams` caps the streams in flight: past it a request waits, in
+arrival order, and its time to first token includes the wait.
+
 It speaks plain HTTP/1.1 (keep-alive, chunked transfer) on non-blocking sockets driven by asyncio, with
 timers instead of a task per stream: its own overhead must stay far below the timing it promises, even
 when 256 streams tick in the same millisecond. A request's schedule starts when the kernel received it
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import gc
 import heapq
@@ -52,6 +58,12 @@ class Script:
     fault_after_chunks: int = 3
     stall_ms: float = 1000.0
     model: str = "scripted"
+    itl_per_stream_ms: float = 0.0
+    max_streams: int = 0  # 0: no cap
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.itl_per_stream_ms > 0 or self.max_streams > 0
 
 
 class SentTiming:
@@ -110,13 +122,40 @@ class Ticker:
 
 
 class ScriptState:
-    """The script now in force, shared by every connection of one server."""
+    """The script now in force, shared by every connection of one server, and the streams in flight."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.counter = itertools.count(1)
         self.sent = SentTiming()
         self.ticker = Ticker()
+        self.streams_in_flight = 0
+        self.waiting: collections.deque[tuple[ScriptedProtocol, StreamPlan]] = collections.deque()
+
+    def admit(self, protocol: ScriptedProtocol, plan: StreamPlan) -> None:
+        """Start the stream now, or queue it while `max_streams` are in flight."""
+        cap = self.script.max_streams
+        if cap and self.streams_in_flight >= cap:
+            self.waiting.append((protocol, plan))
+        else:
+            self.start(protocol, plan, plan.arrived)
+
+    def start(self, protocol: ScriptedProtocol, plan: StreamPlan, start: float) -> None:
+        self.streams_in_flight += 1
+        plan.is_streaming = True
+        plan.next_due = start + plan.first_due_s()
+        self.ticker.add(plan.next_due, protocol, plan, 0, start)
+
+    def release(self, plan: StreamPlan) -> None:
+        """A stream ended (or its connection did): its slot goes to the first request waiting for one."""
+        if not plan.is_streaming:
+            return
+        plan.is_streaming = False
+        self.streams_in_flight -= 1
+        while self.waiting and (not self.script.max_streams or self.streams_in_flight < self.script.max_streams):
+            protocol, queued = self.waiting.popleft()
+            if protocol.transport is not None:
+                self.start(protocol, queued, asyncio.get_running_loop().time())
 
     def update(self, changes: dict[str, Any]) -> None:
         unknown = set(changes) - {f.name for f in fields(Script)}
@@ -227,12 +266,15 @@ class ScriptedProtocol:
         self.buffer = b""
         self.transport: Connection | None = None
         self.num_served = 0
+        self.active: StreamPlan | None = None  # the stream this connection answers now
 
     def connection_made(self, transport: Connection) -> None:
         self.transport = transport
 
     def connection_lost(self) -> None:
         self.transport = None  # a chunk still planned finds no connection and is dropped
+        if self.active is not None:
+            self.state.release(self.active)  # its slot, if it held one, goes to the next request waiting
 
     def data_received(self, data: bytes, arrived: float) -> None:
         self.buffer += data
@@ -294,33 +336,36 @@ class ScriptedProtocol:
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
-        plan = StreamPlan(body, script, is_chat, fault)
         loop = asyncio.get_running_loop()
         offset_s = loop.time() - time.perf_counter()  # the loop's clock may differ from perf_counter
-        if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none":
+        plan = StreamPlan(body, script, is_chat, fault, arrived + offset_s)
+        if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded:
             self.transport.write(_instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
             return
-        self.schedule(plan, 0, arrived + offset_s)
-
-    def schedule(self, plan: StreamPlan, index: int, start: float) -> None:
-        """Each chunk at its absolute due time: no drift, no reordering."""
-        self.state.ticker.add(start + plan.due_s(index), self, plan, index, start)
+        self.active = plan
+        self.state.admit(self, plan)
 
     def send_planned(self, plan: StreamPlan, index: int, start: float) -> None:
+        """Chunk `index` is due: write it, and plan the next one from this one's due time (so no drift)."""
         if self.transport is None:
+            self.state.release(plan)
             return
-        plan.note_sent(index, asyncio.get_running_loop().time(), start, self.state.sent)
+        plan.note_sent(index, asyncio.get_running_loop().time(), self.state.sent)
         if plan.cuts_at(index):
+            self.state.release(plan)
             self.transport.close()
         elif plan.errors_at(index):
+            self.state.release(plan)
             self.write_chunk(b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n')
             self.write_chunk(b"")
         elif index == plan.num_chunks - 1:
+            self.state.release(plan)
             self.write_chunk(plan.event(index) + plan.tail())
             self.write_chunk(b"")
         else:
             self.write_chunk(plan.event(index))
-            self.schedule(plan, index + 1, start)
+            plan.next_due += plan.gap_s(index + 1, self.state.streams_in_flight)
+            self.state.ticker.add(plan.next_due, self, plan, index + 1, start)
 
     def write_chunk(self, payload: bytes) -> None:
         assert self.transport is not None
@@ -343,29 +388,40 @@ class ScriptedProtocol:
 
 
 class StreamPlan:
-    """What one answer sends and when: chunk i is due ttft + i * itl (plus a stall once it is hit)."""
+    """What one answer sends and when: chunk 0 is due ttft after the stream starts, each next one a gap
+    after the last (itl, plus itl_per_stream for each other stream then in flight, plus a stall once)."""
 
-    def __init__(self, body: dict[str, Any], script: Script, is_chat: bool, fault: Fault) -> None:
+    def __init__(self, body: dict[str, Any], script: Script, is_chat: bool, fault: Fault,
+                 arrived: float = 0.0) -> None:
         self.script = script
         self.is_chat = is_chat
         self.fault = fault
+        self.arrived = arrived  # on the loop's clock
+        self.next_due = 0.0
+        self.is_streaming = False  # holds one of the server's stream slots
         self.num_tokens = int(body.get("max_tokens") or 16)
         self.num_chunks = -(-self.num_tokens // script.tokens_per_chunk)
         self.continuous_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         self.prompt_tokens = _count_words(body)
         self.last_sent = 0.0
 
-    def note_sent(self, index: int, now: float, start: float, sent: SentTiming) -> None:
+    def note_sent(self, index: int, now: float, sent: SentTiming) -> None:
         if index == 0:
-            sent.ttft_ms.append((now - start) * 1000)
+            sent.ttft_ms.append((now - self.arrived) * 1000)  # a wait for a stream slot included
         else:
             sent.itl_ms.append((now - self.last_sent) * 1000)
         self.last_sent = now
 
-    def due_s(self, index: int) -> float:
-        stalled = self.fault == "stall" and index >= self.script.fault_after_chunks
-        extra_ms = self.script.stall_ms if stalled else 0.0
-        return (self.script.ttft_ms + index * self.script.itl_ms + extra_ms) / 1000
+    def first_due_s(self) -> float:
+        return (self.script.ttft_ms + self._stall_ms(0)) / 1000
+
+    def gap_s(self, index: int, streams_in_flight: int) -> float:
+        """The gap before chunk `index`, with `streams_in_flight` streams (this one included) now."""
+        loaded_ms = self.script.itl_per_stream_ms * max(0, streams_in_flight - 1)
+        return (self.script.itl_ms + loaded_ms + self._stall_ms(index)) / 1000
+
+    def _stall_ms(self, index: int) -> float:
+        return self.script.stall_ms if self.fault == "stall" and index == self.script.fault_after_chunks else 0.0
 
     def cuts_at(self, index: int) -> bool:
         return self.fault == "cut" and index == self.script.fault_after_chunks
@@ -497,8 +553,11 @@ def main() -> None:
     parser.add_argument("--itl-ms", type=float, default=20.0)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     parser.add_argument("--model", default="scripted")
+    parser.add_argument("--itl-per-stream-ms", type=float, default=0.0, help="added to each gap per other stream")
+    parser.add_argument("--max-streams", type=int, default=0, help="streams in flight at most (0: no cap)")
     args = parser.parse_args()
-    script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model)
+    script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model,
+                    itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams)
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))

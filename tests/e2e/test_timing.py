@@ -65,3 +65,25 @@ def test_open_loop_sends_on_schedule_at_the_asked_rate(scripted, tmp_path) -> No
     assert len(measured) == pytest.approx(80, rel=0.35)
     assert s.schedule_lag_ms.p99 < 10
     assert s.kind == "rate"
+
+
+def test_a_scripted_load_slows_every_gap_by_the_streams_in_flight(scripted: ScriptedServer, tmp_path) -> None:
+    """gap = itl + itl_per_stream * (streams - 1): 8 users at 10 ms + 0.5 ms per other stream read 13.5 ms."""
+    scripted.set_script(ttft_ms=20, itl_ms=10, itl_per_stream_ms=0.5)
+    s, _, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 8), LevelBounds(duration_s=2.0),
+                            output_tokens=TOKENS)
+    assert s.num_failed == 0
+    assert s.tpot_ms.p50 == pytest.approx(10 + 0.5 * 7, rel=0.05)
+    assert s.ttft_ms.p50 == pytest.approx(20, abs=3)
+
+
+def test_past_its_stream_cap_a_request_waits_and_its_ttft_holds_the_wait(scripted: ScriptedServer, tmp_path) -> None:
+    """4 slots, 8 users: half the users always wait for a whole request (20 + 23 * 5 ms) before their own."""
+    scripted.set_script(ttft_ms=20, itl_ms=5, max_streams=4)
+    s, _, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 8), LevelBounds(duration_s=2.0),
+                            output_tokens=TOKENS)
+    one_request_ms = 20 + (TOKENS - 1) * 5
+    assert s.num_failed == 0
+    assert s.tpot_ms.p50 == pytest.approx(5, rel=0.05)
+    assert s.ttft_ms.p50 == pytest.approx(one_request_ms + 20, rel=0.1)
+    assert s.output_tokens_per_s == pytest.approx(4 * TOKENS / (one_request_ms / 1000), rel=0.1)
