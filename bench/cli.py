@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from bench import report_cmd, stopping
 from bench.console import console, errors, fail, warn
+from bench.flags import MeasureFlags, measure_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
@@ -21,111 +23,151 @@ app.command("cost")(report_cmd.cost)
 
 
 @app.command()
+@measure_command
 def sweep(
-    engine: list[str] = typer.Option(None, help="Engine kind (default: reference), repeatable to compare engines "
-                                                "on the same workload: see `bench engines`."),
-    base_url: str = typer.Option(None, help="Endpoint base URL, ending in /v1."),
-    model: str = typer.Option(None, help="Model: for endpoint, the name the server lists; for reference, a .gguf "
-                                         "file, a safetensors directory, dummy:<preset> or default (SmolLM2-135M)."),
-    engine_arg: list[str] = typer.Option(None, help="KEY=VALUE passed to a launched engine as --KEY VALUE "
-                                                    "(repeatable), e.g. batching=static."),
-    port: int = typer.Option(None, help="Port for a launched engine (default: a free one)."),
-    engine_file: list[Path] = typer.Option(None, help="Engine spec in YAML (engine, model, flags); repeatable."),
-    api_key_env: str = typer.Option(None, help="NAME of the environment variable holding the API key."),
-    scenario: str = typer.Option("chat", help="Scenario file, or the name of a shipped one."),
+    flags: MeasureFlags,
     concurrency: str = typer.Option(None, help="Closed-loop levels, e.g. 1,8,50."),
     rate: str = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
     burstiness: float = typer.Option(None, help="Open loop: gamma shape; 1 = Poisson, < 1 burstier."),
     max_concurrency: int = typer.Option(None, help="Open loop: cap on requests in flight."),
-    duration: float = typer.Option(None, help="Seconds per level."),
-    requests: int = typer.Option(None, help="Requests per level (with --duration: whichever ends first)."),
-    warmup: int = typer.Option(None, help="Warm-up requests per level (default: one per user)."),
-    input_tokens: str = typer.Option(None, help="Prompt length: N | uniform:MIN:MAX | normal:MEAN:STD[:MIN:MAX] | "
-                                                "lognormal:MEAN:STD[:MIN:MAX]."),
-    output_tokens: str = typer.Option(None, help="Output length, same forms as --input-tokens."),
-    shared_prefix: str = typer.Option(None, help="GROUPS:TOKENS: each group shares a system prompt."),
-    turns: int = typer.Option(None, help="Multi-turn chat: each user holds conversations of this many turns, "
-                                         "every turn sending the conversation so far (1 = single requests)."),
-    api: str = typer.Option(None, help="chat or completions."),
-    seed: int = typer.Option(None, help="Seed of the request stream."),
-    request_timeout: float = typer.Option(None, help="Seconds before a request counts as timed out."),
-    tokenizer: Path = typer.Option(None, help="A tokenizer.json to build prompts of exact token counts."),
-    strict_openai: bool = typer.Option(False, help="Send only OpenAI's published fields (for providers)."),
-    out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
-    report: bool = typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end."),
 ) -> None:
     """Measure an engine at each load level and write a run directory."""
     stopping.install()
-    from bench.display import RichSweepProgress, summary_table
-    from bench.options import SweepOverrides, build_scenario
-    from bench.scenario import ScenarioError
-    from bench.sweep import SweepPlan, run_sweep
-    from engines.endpoint import EndpointError
-    from engines.engine_file import EngineFile, load_engine_file
-    from engines.launch import EngineStartError
-    from engines.process import parse_engine_args
-    from engines.registry import EngineError, is_container_kind, make_launcher
+    from bench import measure
 
-    overrides = SweepOverrides(
-        concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency,
-        duration=duration, requests=requests, warmup=warmup, input_tokens=input_tokens,
-        output_tokens=output_tokens, shared_prefix=shared_prefix, turns=turns, api=api, seed=seed,
-        request_timeout=request_timeout,
-    )
+    given = _given(concurrency=(concurrency, None), rate=(rate, None), burstiness=(burstiness, None),
+                   max_concurrency=(max_concurrency, None))
+    overrides = _overrides(flags, concurrency=concurrency, rate=rate, burstiness=burstiness,
+                           max_concurrency=max_concurrency)
+    jobs, complete = _jobs(lambda: measure.fresh_jobs(flags, overrides), flags, "sweep", given)
+    _run(jobs, complete, flags)
+
+
+@app.command()
+@measure_command
+def capacity(
+    flags: MeasureFlags,
+    slo: list[str] = typer.Option(None, help="A latency target the search must meet, KEY=MILLISECONDS: "
+                                             "ttft_p95_ms, tpot_p95_ms or e2e_p95_ms (repeatable; default: the "
+                                             "scenario's SLO)."),
+    attainment: float = typer.Option(None, help="Share of requests that must meet every target (default: the "
+                                                "scenario's, 0.95)."),
+    tolerance: float = typer.Option(0.05, help="Stop when the highest passing and lowest failing loads are within "
+                                               "this share of each other (never finer than one user)."),
+    start: float = typer.Option(1.0, help="The first load probed (users, or requests/s with --rate)."),
+    rate: bool = typer.Option(False, "--rate", help="Search the arrival rate (open loop) instead of the users."),
+    max_load: float = typer.Option(None, help="The highest load to probe."),
+    max_probes: int = typer.Option(20, help="The most probes a search runs."),
+    burstiness: float = typer.Option(None, help="With --rate: gamma shape; 1 = Poisson, < 1 burstier."),
+    max_concurrency: int = typer.Option(None, help="With --rate: cap on requests in flight."),
+) -> None:
+    """Find the highest load one replica carries within the SLO (ramp, then narrow down); write capacity.json."""
+    stopping.install()
+    from bench import measure
+    from bench.capacity import CapacityPlan, parse_slo_flags
+    from bench.search import SearchSettings
+
+    given = _given(slo=(slo, None), attainment=(attainment, None), tolerance=(tolerance, 0.05), start=(start, 1.0),
+                   rate=(rate, False), max_load=(max_load, None), max_probes=(max_probes, 20),
+                   burstiness=(burstiness, None), max_concurrency=(max_concurrency, None))
+
+    def fresh() -> list[measure.Job]:
+        overrides = _overrides(flags, burstiness=burstiness, max_concurrency=max_concurrency)
+        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, overrides)
+        target = attainment if attainment is not None else scenario.pricing.slo_attainment_target
+        if not 0 < target <= 1:
+            raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")
+        search = SearchSettings("rate" if rate else "concurrency", start, tolerance=tolerance, max_load=max_load,
+                                max_probes=max_probes)
+        plan = CapacityPlan(search, parse_slo_flags(slo or [], scenario.slo), target, flags.repeats or 1,
+                            scenario.load.burstiness, scenario.load.max_concurrency)
+        return measure.fresh_jobs(flags, overrides, plan, lambda s: measure.with_slo(s, plan.slo, target))
+
+    jobs, complete = _jobs(fresh, flags, "capacity", given)
+    _run(jobs, complete, flags, describe=_describe_probe)
+
+
+def _overrides(flags: MeasureFlags, **load: Any) -> Any:
+    from bench.options import SweepOverrides
+
+    return SweepOverrides(duration=flags.duration, requests=flags.requests, warmup=flags.warmup,
+                          input_tokens=flags.input_tokens, output_tokens=flags.output_tokens,
+                          shared_prefix=flags.shared_prefix, turns=flags.turns, api=flags.api, seed=flags.seed,
+                          request_timeout=flags.request_timeout, **load)
+
+
+def _given(**values: tuple[object, object]) -> list[str]:
+    """The flags given with a value other than their default, as --names."""
+    return [f"--{name.replace('_', '-')}" for name, (value, default) in values.items() if value not in (default, [])]
+
+
+def _jobs(fresh: Any, flags: MeasureFlags, command: str, given: list[str]) -> tuple[list[Any], list[Path]]:
+    """The jobs of a fresh run or of `--resume`; a bad flag ends the command with one line."""
+    from bench import measure
+    from bench.resume import ResumeError
+    from bench.scenario import ScenarioError
+    from engines.endpoint import EndpointError
+    from engines.launch import EngineStartError
+    from engines.registry import EngineError
+
     try:
-        resolved = build_scenario(scenario, overrides)
-        prompt_tokenizer = _load_tokenizer(tokenizer)
-        kinds = engine or ([] if engine_file else ["reference"])
-        specs = [EngineFile(engine=kind, model=model, base_url=base_url, api_key_env=api_key_env, port=port,
-                            args=parse_engine_args(engine_arg or [])) for kind in kinds]
-        specs += [load_engine_file(path) for path in engine_file or []]
-        runs = [(SweepPlan(resolved, out, engine_kind=spec.name or spec.engine, strict_openai=strict_openai,
-                           tokenizer=prompt_tokenizer), make_launcher(spec)) for spec in specs]
-    except (ScenarioError, EngineError, EngineStartError, ValueError) as exc:
+        if flags.resume:
+            return measure.resumed_jobs(flags, command, given)
+        return fresh(), []
+    except (ScenarioError, EndpointError, EngineError, EngineStartError, ResumeError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(stopping.exit_code()) from None
-    _warn_about_leftovers(containers=any(is_container_kind(spec.engine) for spec in specs))
-    results = []
-    for plan, launcher in runs:
-        try:
-            with RichSweepProgress(console) as progress:
-                results.append(run_sweep(plan, launcher, progress))
-        except (EndpointError, EngineError, EngineStartError) as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory")
-            raise typer.Exit(stopping.exit_code()) from None
-    console.print(summary_table([s for result in results for s in result.summaries], title=resolved.name))
-    for result in results:
-        _print_server_view(result.run_dir)
-        console.print(f"run directory: {result.run_dir}")
-    if report:
-        _write_reports([result.run_dir for result in results], out)
 
 
-def _write_reports(run_dirs: list[Path], out: Path) -> None:
-    """One report per run, and one that compares them when several engines were swept. A report that
-    can't be made (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
-    from bench.report import ReportError, render_report, render_run_report
-    from costmodel.prices import PriceError
+def _run(jobs: list[Any], complete: list[Path], flags: MeasureFlags, describe: Any = None) -> None:
+    """Run the jobs, print and report what they measured; exit 1 when an engine failed."""
+    from bench import measure
+    from engines.registry import is_container_kind
 
+    _warn_about_leftovers(containers=any(is_container_kind(str(job.plan.engine_spec.get("engine"))) for job in jobs))
     try:
-        for run_dir in run_dirs:
-            if (path := render_run_report(run_dir)) is not None:
-                console.print(f"report: {path}")
-        if len(run_dirs) > 1:
-            combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
-            console.print(f"comparison report: {combined.files.html}")
-    except (ReportError, PriceError) as exc:
-        errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
+        outcome = measure.run_jobs(jobs, describe or (lambda job: None))
+    except KeyboardInterrupt:
+        errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory "
+                     "(go on with --resume RUN_DIR)")
+        raise typer.Exit(stopping.exit_code()) from None
+    outcome.already_complete = complete
+    title = jobs[0].plan.scenario.name if jobs else ""
+    code = measure.report_outcome(outcome, title, flags.out, flags.report)
+    if code:
+        raise typer.Exit(code)
+
+
+def _describe_probe(job: Any) -> Any:
+    """After each probe of a capacity search: its load, verdict and the figures it was judged by."""
+    from bench.capacity import judge
+
+    plan = job.plan.capacity
+
+    def describe(summary: Any) -> str | None:
+        if summary is None:
+            return None
+        probe = judge(summary, summary.target, plan)
+        why = f" ({'; '.join(probe.reasons)})" if probe.reasons else ""
+        return (f"  probe {summary.level}: {probe.verdict}{why}: {summary.output_tokens_per_s:,.0f} output tokens/s, "
+                f"p95 TTFT {_ms(summary.ttft_ms.p95)}, p95 TPOT {_ms(summary.tpot_ms.p95)}, "
+                f"SLO met by {summary.slo_attainment:.0%}")
+
+    return describe
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms"
 
 
 @app.command()
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
-    """Recompute a run's summary from its records alone, and print it."""
-    from bench.display import summary_table
+    """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
+    from bench.capacity import read_capacity
+    from bench.display import capacity_line, repeats_table, summary_table
     from bench.rundir import RunDirError, summarize_run, write_summaries
+    from loadgen.repeats import aggregate
 
     try:
         summaries = summarize_run(run_dir)
@@ -133,7 +175,13 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         fail(str(exc))
     write_summaries(run_dir, summaries)
     console.print(summary_table(summaries, title=str(run_dir)))
+    repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
+    if repeated:
+        console.print(repeats_table(repeated))
     _print_server_view(run_dir)
+    capacity = read_capacity(run_dir)
+    if capacity is not None:
+        console.print(capacity_line(capacity), highlight=False)
 
 
 def _print_server_view(run_dir: Path) -> None:
@@ -185,16 +233,6 @@ def engines() -> None:
     from engines.availability import availability
 
     console.print(engines_table(availability()))
-
-
-def _load_tokenizer(path: Path | None):  # type: ignore[no-untyped-def]
-    if path is None:
-        return None
-    if not path.is_file():
-        raise ValueError(f"--tokenizer {path}: no such file (expected a Hugging Face tokenizer.json)")
-    from loadgen.datasets import TokenizerFile
-
-    return TokenizerFile(path)
 
 
 @app.command()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -15,14 +17,16 @@ from common.units import share
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
 from loadgen.runner import LevelBounds
-from loadgen.types import LevelSummary, RequestRecord, ServerView
+from loadgen.types import Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
 
 
 class RichSweepProgress:
-    """One line per level: requests done, failures, output tokens/s so far, elapsed time."""
+    """One line per level: requests done, failures, output tokens/s so far, elapsed time; after each level,
+    what `describe` makes of its summary (a capacity search's verdict on the probe), if anything."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, describe: Callable[[LevelSummary | None], str | None] | None = None) -> None:
         self.console = console
+        self.describe = describe
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
             console=console, refresh_per_second=2, transient=False,
@@ -64,6 +68,26 @@ class RichSweepProgress:
     def level_finished(self, summary: LevelSummary | None) -> None:
         if self.task_id is not None:
             self.progress.stop_task(self.task_id)
+        line = self.describe(summary) if self.describe else None
+        if line:
+            self.progress.console.print(line, highlight=False)
+
+
+def capacity_line(capacity: dict[str, Any]) -> str:
+    """`capacity: 61 users (lowest failing 64; within 5 % ...; 9 probes)`, from capacity.json."""
+    unit = "users" if capacity["kind"] == "concurrency" else "requests/s"
+    repeats = capacity["repeats"]
+    probes = sum(r["num_probes"] for r in repeats)
+    if capacity["capacity"] is None:
+        return f"capacity: none found ({'; '.join(capacity['stopped_because'])}; {probes} probes)"
+    spread = capacity.get("capacity_interval") or {}
+    if len(repeats) > 1:
+        values = ", ".join(f"{r['capacity']:g}" if r["capacity"] is not None else "-" for r in repeats)
+        return (f"capacity: {spread['mean']:.4g} {unit}, 95 % interval {spread['low']:.4g} to {spread['high']:.4g} "
+                f"({len(repeats)} repeats: {values}; {probes} probes)")
+    failing = capacity["lowest_failing"]
+    return (f"capacity: {capacity['capacity']:g} {unit} (lowest failing: {f'{failing:g}' if failing else 'none'}; "
+            f"{repeats[0]['stopped_because']}; {probes} probes)")
 
 
 def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
@@ -80,6 +104,23 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
             _fmt(s.mean_in_flight, 1), _note(s),
         )
     return table
+
+
+def repeats_table(repeated: list[RepeatedLevel], title: str = "levels measured more than once") -> Table:
+    """Each repeated level: the mean of its repeats with the 95 % interval, and the values themselves."""
+    table = Table(title=title)
+    for name in ("engine", "level", "repeats", "out tok/s", "TTFT p95 ms", "TPOT p95 ms", "SLO met"):
+        table.add_column(name, justify="left" if name in ("engine", "level") else "right")
+    for r in repeated:
+        table.add_row(r.engine, r.level, str(r.num_repeats), _interval(r.figures["output_tokens_per_s"], 1),
+                      _interval(r.figures["ttft_ms_p95"], 0), _interval(r.figures["tpot_ms_p95"], 1),
+                      share(r.figures["slo_attainment"].mean))
+    return table
+
+
+def _interval(figure: Interval, digits: int) -> str:
+    values = ", ".join(f"{v:,.{digits}f}" for v in figure.values)
+    return f"{_fmt(figure.mean, digits)} ± {_fmt(figure.half_width, digits)} [{values}]"
 
 
 def server_view_table(views: list[ServerView], title: str) -> Table:

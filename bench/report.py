@@ -9,7 +9,6 @@ interrupted sweep is reported as far as it got, with what is missing.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -18,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import rundir
+from bench.capacity import read_capacity
+from bench.costinputs import latency_limits, measured_levels, repeated_level
 from bench.scenario import DecisionSettings
 from common.validation import validate
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
 from costmodel.prices import load_catalog
-from costmodel.types import Decision, EngineLevels, LatencyLimits, MeasuredLevel
+from costmodel.types import Decision, EngineLevels, MeasuredLevel
+from loadgen.repeats import aggregate
 from loadgen.types import SLO, LevelSummary
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
@@ -58,7 +60,7 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
     runs, skipped = load_runs(run_dirs, settings.slo)
     catalog = load_catalog(prices)
-    engines = [EngineLevels(run.label, tuple(level_from_summary(s) for s in _measured(run))) for run in runs]
+    engines = [EngineLevels(run.label, measured_levels(_measured(run)), _capacity_level(run)) for run in runs]
     decision = decide(engines, latency_limits(settings.slo), settings.traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     report_input = ReportInput(
@@ -80,26 +82,13 @@ def render_run_report(run_dir: Path) -> Path | None:
         return None
 
 
-def latency_limits(slo: SLO) -> LatencyLimits:
-    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms)
-
-
-def level_from_summary(s: LevelSummary) -> MeasuredLevel:
-    """What the cost model needs of one measured level (its request rate from tokens: see MeasuredLevel)."""
-    isl = _finite(s.mean_input_tokens)
-    osl = _finite(s.mean_output_tokens)
-    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
-    return MeasuredLevel(
-        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
-        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
-        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
-        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
-        summary_request_per_s=s.request_per_s,
-    )
-
-
-def _finite(value: float | None) -> float:
-    return value if value is not None and math.isfinite(value) else 0.0
+def _capacity_level(run: ReportRun) -> MeasuredLevel | None:
+    """What a capacity search found: the level at each repeat's capacity, folded into one."""
+    if run.capacity is None:
+        return None
+    labels = [r["capacity_label"] for r in run.capacity["repeats"] if r.get("capacity_label")]
+    found = [s for s in run.summaries if s.level in labels]
+    return repeated_level(found, "capacity" if len(found) > 1 else None) if found else None
 
 
 def _measured(run: ReportRun) -> tuple[LevelSummary, ...]:
@@ -146,7 +135,9 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
                      missing=missing, cut_short=cut_short, notes=tuple(notes),
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
-                     gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info))
+                     gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
+                     repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
+                     capacity=read_capacity(run_dir))
 
 
 def _provenance(info: rundir.RunInfo) -> dict[str, Any]:

@@ -5,6 +5,8 @@
         requests.jsonl   one RequestRecord per line, appended as each request ends
         levels.jsonl     one line per finished level: timing and the client's check on itself
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
+        repeats.json     with --repeats: each level's headline figures as mean, 95 % interval and values
+        capacity.json    a capacity search's answer and every probe (bench.capacity)
         telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
         engine.log       the engine's output, when the toolkit launched it
 
@@ -20,8 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from loadgen.metrics import summarize
 from loadgen.recorder import read_jsonl, read_records
+from loadgen.repeats import aggregate
 from loadgen.telemetry import server_view
 from loadgen.types import SLO, ClientCheck, LevelSummary, RequestRecord, ServerView
 
@@ -30,6 +35,7 @@ REQUESTS_FILE = "requests.jsonl"
 LEVELS_FILE = "levels.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
+REPEATS_FILE = "repeats.json"
 ENGINE_LOG = "engine.log"
 TELEMETRY_FILE = "telemetry.jsonl"
 
@@ -57,6 +63,9 @@ class RunInfo:
     client: dict[str, Any] = field(default_factory=dict)
     seeds: dict[str, int] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None
+    plan: dict[str, Any] = field(default_factory=dict)  # {"kind": "sweep" | "capacity", "repeats", ...}
+    engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile it was launched from
+    resumed_at: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RunInfo:
@@ -155,9 +164,38 @@ def server_views(run_dir: Path) -> list[ServerView]:
     return [view for view in views if view.num_samples]
 
 
+def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
+    """Drop the records of every level not in `levels`; the lines kept are kept byte for byte. Returns the
+    labels dropped, in the order they first appear."""
+    path = run_dir / REQUESTS_FILE
+    if not path.is_file():
+        return []
+    kept, dropped, cut = [], [], False
+    for line in path.read_bytes().splitlines(keepends=True):
+        if not line.endswith(b"\n"):  # the last line, cut short by a crash: its level did not finish
+            cut = True
+            continue
+        if not line.strip():
+            continue
+        level = str(orjson.loads(line)["level"])
+        if level in levels:
+            kept.append(line)
+        elif level not in dropped:
+            dropped.append(level)
+    if dropped or cut:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(b"".join(kept))
+        tmp.replace(path)
+    return dropped
+
+
 def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
+    """summary.json and summary.csv; and repeats.json when a level was measured more than once."""
     rows = [s.flat() for s in summaries]
     (run_dir / SUMMARY_JSON).write_text(json.dumps([asdict(s) for s in summaries], indent=2) + "\n")
+    repeated = [asdict(r) for r in aggregate(summaries) if r.num_repeats > 1]
+    if repeated:
+        (run_dir / REPEATS_FILE).write_text(json.dumps(repeated, indent=2) + "\n")
     if not rows:
         return
     with (run_dir / SUMMARY_CSV).open("w", newline="") as f:

@@ -1,26 +1,35 @@
-"""A sweep: one engine, one scenario, every level in turn, into one run directory.
+"""A run: one engine, one scenario, level after level, into one run directory.
 
-    engine launcher -> Endpoint -> for each level: warm-up, measured requests -> records on disk
-                    -> summary after every level (so an interrupted sweep keeps its summary too)
+    engine launcher -> Endpoint -> for each level the driver asks for: warm-up, measured requests ->
+    records on disk -> summary after every level (so an interrupted run keeps its summary too)
 
-All requests of a sweep come from one seeded stream, so no prompt is sent twice (a prefix cache can't
+Which levels run is the driver's business: `FixedLevels` for a sweep (the planned levels, `repeats` times,
+in rounds, so drift shows as spread) or `bench.capacity.CapacityDriver` for a capacity search (each next
+load chosen from the probes before it). A resumed run (`bench.resume`) starts from what its directory holds.
+
+All requests of a run come from one seeded stream, so no prompt is sent twice (a prefix cache can't
 flatter a later level) and two engines swept with the same scenario get the same prompts in order.
+Between levels a launched engine is asked whether it still answers, so one that died ends its run with
+that said, instead of a trail of failed levels.
 """
 
 from __future__ import annotations
 
 import shutil
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
 from bench import rundir
+from bench.capacity import CapacityDriver, CapacityPlan
 from bench.hardware import describe_host
+from bench.resume import Resume, skip_sent
 from bench.rundir import RunInfo
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import read_api_key
+from engines.launch import EngineGone, still_answering
 from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import telemetry
 from loadgen.arrivals import Level
@@ -39,6 +48,14 @@ class SweepProgress(Protocol):
     def level_finished(self, summary: LevelSummary | None) -> None: ...
 
 
+class LevelDriver(Protocol):
+    def next_level(self) -> Level | None:
+        """The level to run next; None when the run is done."""
+
+    def level_finished(self, level: Level, summary: LevelSummary | None) -> None:
+        """A level ended (its summary None when nothing was measured)."""
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     scenario: Scenario
@@ -46,9 +63,23 @@ class SweepPlan:
     engine_kind: str = "endpoint"
     strict_openai: bool = False
     tokenizer: PromptTokenizer | None = None
+    tokenizer_path: str | None = None
+    repeats: int = 1
+    capacity: CapacityPlan | None = None  # a capacity search instead of the scenario's levels
+    engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile, kept in run.json for --resume
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"--repeats {self.repeats}: expected a whole number >= 1")
 
     def levels(self) -> list[Level]:
-        return plan_levels(self.scenario.load)
+        """The levels planned up front: none for a capacity search, whose probes are chosen as it goes."""
+        return [] if self.capacity is not None else plan_levels(self.scenario.load, self.repeats)
+
+    def plan_json(self) -> dict[str, Any]:
+        if self.capacity is not None:
+            return {"kind": "capacity", "repeats": self.repeats, **self.capacity.to_json()}
+        return {"kind": "sweep", "repeats": self.repeats}
 
     def bounds(self) -> LevelBounds:
         load = self.scenario.load
@@ -62,22 +93,52 @@ class SweepResult:
     status: str
 
 
-def plan_levels(load: LoadSettings) -> list[Level]:
-    closed = [Level("concurrency", c) for c in load.concurrency]
-    opened = [Level("rate", r, load.burstiness, load.max_concurrency) for r in load.rates]
-    if not closed and not opened:
+def plan_levels(load: LoadSettings, repeats: int = 1) -> list[Level]:
+    """Every level once, then every level again: `repeats` rounds."""
+    if not load.concurrency and not load.rates:
         raise ValueError("no levels to run: give --concurrency and/or --rate")
-    return closed + opened
+    return [level for repeat in range(1, repeats + 1) for level in (
+        *[Level("concurrency", c, repeat=repeat) for c in load.concurrency],
+        *[Level("rate", r, load.burstiness, load.max_concurrency, repeat=repeat) for r in load.rates])]
 
 
-def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None = None) -> SweepResult:
-    """Launch (or attach to) the engine, run every level, and always leave a consistent run directory.
+@dataclass
+class FixedLevels:
+    """A sweep's levels, in order, less those a resumed run already holds."""
+
+    todo: list[Level]
+
+    def next_level(self) -> Level | None:
+        return self.todo.pop(0) if self.todo else None
+
+    def level_finished(self, level: Level, summary: LevelSummary | None) -> None:
+        pass
+
+
+def make_driver(plan: SweepPlan, run_dir: Path, resume: Resume | None) -> LevelDriver:
+    if plan.capacity is None:
+        done = resume.done_labels if resume else set()
+        return FixedLevels([level for level in plan.levels() if level.label not in done])
+    driver = CapacityDriver(plan.capacity, run_dir)
+    if resume is not None:
+        driver.replay(resume.finished)
+    return driver
+
+
+def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None = None,
+              resume: Resume | None = None) -> SweepResult:
+    """Launch (or attach to) the engine, run every level the driver asks for, and always leave a consistent
+    run directory.
 
     The run directory exists before the engine starts, so a launched engine logs into it; if the engine
-    never started and left no log, the empty directory is removed again."""
+    never started and left no log, the empty directory is removed again (not a resumed one)."""
     plan.bounds()  # validate before anything starts
-    run_dir = rundir.new_run_dir(plan.runs_root, plan.engine_kind, plan.scenario.name)
-    run = _run_info(plan, run_dir)
+    if resume is None:
+        run_dir = rundir.new_run_dir(plan.runs_root, plan.engine_kind, plan.scenario.name)
+        run = _run_info(plan, run_dir)
+    else:
+        run_dir = resume.run_dir
+        run = replace(resume.run, status="starting", finished_at=None, resumed_at=[*resume.run.resumed_at, _now()])
     rundir.write_run_info(run_dir, run)
     status, started = "interrupted", False
     try:
@@ -89,23 +150,24 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
                           telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
             rundir.write_run_info(run_dir, run)
             with telemetry.sampling(url, run_dir / rundir.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
-                _run_levels(plan, endpoint, engine, run_dir, progress)
+                run = _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
     except Exception as exc:
         status = f"failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        if not started and not (run_dir / rundir.ENGINE_LOG).exists():
+        if not started and resume is None and not (run_dir / rundir.ENGINE_LOG).exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
+            rundir.write_run_info(run_dir, replace(_latest(run_dir, run), status=status, finished_at=_now()))
             summaries = _resummarize(run_dir)
     return SweepResult(run_dir, summaries, status)
 
 
 def _run_levels(
-    plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, progress: SweepProgress | None
-) -> None:
+    plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, run: RunInfo,
+    progress: SweepProgress | None, resume: Resume | None,
+) -> RunInfo:
     load = plan.scenario.load
     options = ClientOptions(
         base_url=endpoint.base_url.rstrip("/"), model=endpoint.model, api_key=read_api_key(endpoint.api_key_env),
@@ -113,22 +175,34 @@ def _run_levels(
         strict_openai=plan.strict_openai, ignore_eos=plan.scenario.workload.ignore_eos,
     )
     workload = plan.scenario.workload
-    specs = iter_requests(workload, plan.tokenizer)
-    warmup_specs = iter_requests(workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET}),
-                                 plan.tokenizer)
+    specs = skip_sent(iter_requests(workload, plan.tokenizer), resume and resume.last_request_id,
+                      resume and resume.last_conversation_id)
+    warmup_specs = skip_sent(iter_requests(workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET}),
+                                           plan.tokenizer), resume and resume.last_warmup_id)
     bounds = plan.bounds()
+    driver = make_driver(plan, run_dir, resume)
+    first = True
     with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
             JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels:
-        for level in plan.levels():
+        while (level := driver.next_level()) is not None:
+            if not first and engine.launched_by == "bench" and not still_answering(endpoint.base_url):
+                raise EngineGone(f"{engine.name} stopped answering at {endpoint.base_url} before {level.label}; "
+                                 f"see {run_dir / rundir.ENGINE_LOG}")
+            first = False
+            if level.label not in run.levels:  # a capacity search plans its probes as it goes
+                run = replace(run, levels=[*run.levels, level.label])
+                rundir.write_run_info(run_dir, run)
             if progress:
                 progress.level_started(level, bounds)
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
                                on_record=progress.request_finished if progress else None)
             level_run = run_level_blocking(ctx, bounds, specs, warmup_specs)
             levels.write(asdict(level_run))
-            summaries = _resummarize(run_dir)
+            summary = _find(_resummarize(run_dir), level_run)
+            driver.level_finished(level, summary)
             if progress:
-                progress.level_finished(_find(summaries, level_run))
+                progress.level_finished(summary)
+    return run
 
 
 def _resummarize(run_dir: Path) -> list[LevelSummary]:
@@ -154,9 +228,18 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         tool={"name": TOOL_NAME, "version": tool_version()}, engine={"name": plan.engine_kind},
         hardware=describe_host(), scenario=plan.scenario.model_dump(mode="json"),
         levels=[level.label for level in plan.levels()],
-        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer is not None},
+        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path},
         seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
+        plan=plan.plan_json(), engine_spec=plan.engine_spec,
     )
+
+
+def _latest(run_dir: Path, run: RunInfo) -> RunInfo:
+    """run.json as last written (a level may have added its label since `run` was read)."""
+    try:
+        return rundir.read_run_info(run_dir)
+    except rundir.RunDirError:
+        return run
 
 
 def tool_version() -> str:

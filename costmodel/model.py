@@ -64,8 +64,16 @@ def slo_problems(level: MeasuredLevel, slo: LatencyLimits, attainment_target: fl
         problems.append(f"SLO attainment {level.slo_attainment:.1%} < {attainment_target:.0%}")
     for name, value, limit in _latency_checks(level, slo):
         if value is not None and value > limit:
-            problems.append(f"p95 {name} {value:,.0f} ms > {limit:,.0f} ms")
+            problems.append(f"p95 {name} {_past(value, limit)} ms > {limit:,.0f} ms")
     return tuple(problems)
+
+
+def _past(value: float, limit: float) -> str:
+    """A value over its limit, with as many decimals as it takes to show it is over (40.02, not 40)."""
+    for digits in (0, 1, 2):
+        if round(value, digits) > limit:
+            return f"{value:,.{digits}f}"
+    return f"{value:,.3f}"
 
 
 def _latency_checks(level: MeasuredLevel, slo: LatencyLimits) -> list[tuple[str, float | None, float]]:

@@ -90,9 +90,14 @@ def _range_line(best: CostResult, compared: ProviderCost | None, volume: float |
     parts = []
     if best.fleet_range is not None:
         cheap, dear = best.fleet_range
-        parts.append(f"the fleet for {tokens(volume)} tokens/month costs {usd(cheap.monthly_usd)} to "
-                     f"{usd(dear.monthly_usd)}/month ({cheap.gpus} to {dear.gpus} GPUs)")
-    if compared is not None and compared.crossover_range is not None:
+        if cheap.gpus == dear.gpus:
+            parts.append(f"the fleet for {tokens(volume)} tokens/month is the same at either end ({cheap.gpus} GPUs, "
+                         f"{usd(dear.monthly_usd)}/month)")
+        else:
+            parts.append(f"the fleet for {tokens(volume)} tokens/month costs {usd(cheap.monthly_usd)} to "
+                         f"{usd(dear.monthly_usd)}/month ({cheap.gpus} to {dear.gpus} GPUs)")
+    if compared is not None and compared.crossover_range is not None and any(
+            end is not None for end in compared.crossover_range):
         cross = compared.crossover.monthly_tokens if compared.crossover else None
         parts.append(f"self-hosting is cheaper than {compared.id} above "
                      f"{_volume_span(cross, compared.crossover_range)} tokens/month")

@@ -39,6 +39,10 @@ class EngineStartError(Exception):
     """The engine did not become ready; the message says why and ends with the tail of its log."""
 
 
+class EngineGone(Exception):
+    """A launched engine stopped answering in the middle of a run; the message says where to look."""
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     name: str
@@ -125,6 +129,14 @@ def wait_until_ready(
                                        f"--engine-file if it loads slowly); last lines of {log_name}:\n"
                                        f"{log_tail()}")
             time.sleep(POLL_INTERVAL_S)
+
+
+def still_answering(base_url: str, timeout_s: float = 10.0) -> bool:
+    """Whether the OpenAI API at `base_url` (ending in /v1) still lists its models."""
+    try:
+        return httpx.get(base_url.rstrip("/") + "/models", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _answers(client: httpx.Client, url: str) -> bool:

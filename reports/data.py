@@ -15,7 +15,7 @@ from typing import Any
 
 from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, ProviderCost
-from loadgen.types import LevelSummary
+from loadgen.types import LevelSummary, RepeatedLevel
 from reports.inputs import ReportInput, ReportRun
 
 CAVEATS = [
@@ -178,17 +178,26 @@ def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
 def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -> dict[str, Any]:
     costs = {c.label: c for c in result.levels}
     price = result.provider(compared.id) if compared else None
-    levels = [_level(s, costs.get(s.level), price) for s in run.summaries]
+    # A level's repeats share its cost: the cost model priced the level once, from their mean.
+    levels = [_level(s, costs.get(s.base_level or s.level), price) for s in run.summaries]
     return {"engine": result.engine, "run_dir": str(run.run_dir), "kind": run.kind, "isl": result.isl,
             "osl": result.osl, "replica_usd_per_hour": result.replica_usd_per_hour,
             "operating_point": result.operating_point, "no_operating_point_reason": result.no_operating_point_reason,
-            "usd_per_request": result.usd_per_request, "fleet": result.fleet, "providers": result.providers,
+            "usd_per_request": result.usd_per_request, "fleet": result.fleet, "fleet_range": result.fleet_range,
+            "usd_per_request_range": result.usd_per_request_range, "providers": result.providers,
             "warnings": result.warnings, "levels": levels,
+            "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views]}
 
 
+def _repeated(level: RepeatedLevel) -> dict[str, Any]:
+    return {"label": level.level, "kind": level.kind, "load": level.target, "num_repeats": level.num_repeats,
+            "labels": level.labels, "figures": level.figures}
+
+
 def _level(s: LevelSummary, cost: Any, price: ProviderCost | None) -> dict[str, Any]:
-    row = {"label": s.level, "kind": s.kind, "load": s.target, "num_ok": s.num_ok, "num_failed": s.num_failed,
+    row = {"label": s.level, "base_level": s.base_level or s.level, "repeat": s.repeat, "kind": s.kind,
+           "load": s.target, "num_ok": s.num_ok, "num_failed": s.num_failed,
            "failure_rate": s.failure_rate, "output_tokens_per_s": s.output_tokens_per_s,
            "request_per_s": s.output_tokens_per_s / s.mean_output_tokens if s.mean_output_tokens else 0.0,
            "window_request_per_s": s.request_per_s, "goodput_request_per_s": s.goodput_request_per_s,

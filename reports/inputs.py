@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.types import CostCurve, Decision
-from loadgen.types import LevelSummary, ServerView
+from loadgen.types import LevelSummary, RepeatedLevel, ServerView
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class ReportRun:
     # What ran, from run.json: run_id, started_at, finished_at, tool, engine, endpoint, hardware, scenario (its
     # name), workload, load, levels_planned.
     provenance: dict[str, Any] = field(default_factory=dict)
+    repeated: tuple[RepeatedLevel, ...] = ()  # levels measured more than once, with their intervals
+    capacity: dict[str, Any] | None = None  # capacity.json of a capacity search: its answer and its trail
 
 
 @dataclass(frozen=True)

@@ -57,15 +57,36 @@ def _load_axis(ax: Any, engines: list[dict[str, Any]]) -> None:
 
 
 def _levels(engine: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted((lv for lv in engine["levels"] if lv["kind"] == engine["kind"]), key=lambda lv: lv["load"])
+    """One row per level (a repeated level's first repeat), in load order."""
+    first = {}
+    for lv in engine["levels"]:
+        if lv["kind"] == engine["kind"]:
+            first.setdefault(lv.get("base_level", lv["label"]), lv)
+    return sorted(first.values(), key=lambda lv: lv["load"])
+
+
+def _figure(engine: dict[str, Any], lv: dict[str, Any], name: str, value: float | None) -> tuple[float | None, float]:
+    """A figure of a level and the half-width of its 95 % interval: the repeats' mean where it was repeated."""
+    repeated = next((r for r in engine.get("repeats", []) if r["label"] == lv.get("base_level")), None)
+    if repeated is None:
+        return value, 0.0
+    f = repeated["figures"][name]
+    return f["mean"], (f["high"] - f["low"]) / 2
 
 
 def throughput_plot(data: dict[str, Any]) -> bytes:
     fig, ax = plt.subplots(figsize=SIZE)
     for engine, color in zip(data["engines"], _colors(), strict=False):
         levels = _levels(engine)
-        ax.plot([lv["load"] for lv in levels], [lv["output_tokens_per_s"] for lv in levels], "o-", color=color,
-                label=engine["engine"])
+        figures = [_figure(engine, lv, "output_tokens_per_s", lv["output_tokens_per_s"]) for lv in levels]
+        repeated = bool(engine.get("repeats"))
+        ax.errorbar([lv["load"] for lv in levels], [f[0] for f in figures], yerr=[f[1] for f in figures] if repeated
+                    else None, fmt="o-", color=color, capsize=4,
+                    label=engine["engine"] + (" (mean of repeats, 95 % interval)" if repeated else ""))
+        if repeated:
+            every = [lv for lv in engine["levels"] if lv["kind"] == engine["kind"]]
+            ax.plot([lv["load"] for lv in every], [lv["output_tokens_per_s"] for lv in every], ".", color=color,
+                    alpha=0.4, label=f"{engine['engine']}: each repeat")
         point = engine["operating_point"]
         if point:
             ax.plot([point["load"]], [point["output_tokens_per_s"]], "*", ms=16, color=color, mec="black",
@@ -86,12 +107,15 @@ def latency_plot(data: dict[str, Any]) -> bytes:
         for engine, color in zip(data["engines"], _colors(), strict=False):
             levels = [lv for lv in _levels(engine) if lv[key]["p50"] is not None]
             for stat, style in PERCENTILES:
-                ax.plot([lv["load"] for lv in levels], [lv[key][stat] for lv in levels], style, marker="o", ms=3,
-                        color=color, label=f"{engine['engine']} {stat}")
+                figures = [_figure(engine, lv, f"{key}_{stat}", lv[key][stat]) if stat in ("p50", "p95")
+                           else (lv[key][stat], 0.0) for lv in levels]
+                ax.errorbar([lv["load"] for lv in levels], [f[0] for f in figures], yerr=[f[1] for f in figures],
+                            fmt=style, marker="o", ms=3, color=color, capsize=3, label=f"{engine['engine']} {stat}")
             if key == "itl_ms":  # the SLO is on TPOT (per request), which the operating point is judged by
                 tpot = [lv for lv in levels if lv["tpot_ms"]["p95"] is not None]
-                ax.plot([lv["load"] for lv in tpot], [lv["tpot_ms"]["p95"] for lv in tpot], "-.", marker="s", ms=3,
-                        color=color, label=f"{engine['engine']} TPOT p95")
+                figures = [_figure(engine, lv, "tpot_ms_p95", lv["tpot_ms"]["p95"]) for lv in tpot]
+                ax.errorbar([lv["load"] for lv in tpot], [f[0] for f in figures], yerr=[f[1] for f in figures],
+                            fmt="-.", marker="s", ms=3, color=color, capsize=3, label=f"{engine['engine']} TPOT p95")
         if limit:
             label = "SLO (TTFT)" if key == "ttft_ms" else "SLO (TPOT, per-token target)"
             ax.axhline(limit, color="red", lw=1.5, label=label)

@@ -1,0 +1,96 @@
+"""Measurements as the cost model takes them: LevelSummary -> MeasuredLevel, SLO -> LatencyLimits, and the
+repeats of a level -> one MeasuredLevel with its throughput interval. Also how a capacity probe is judged,
+so a search and a report agree on what meets the SLO."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from costmodel.model import slo_problems
+from costmodel.types import LatencyLimits, MeasuredLevel
+from loadgen.repeats import interval
+from loadgen.types import SLO, LevelSummary
+
+
+def latency_limits(slo: SLO) -> LatencyLimits:
+    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms)
+
+
+def level_from_summary(s: LevelSummary) -> MeasuredLevel:
+    """What the cost model needs of one measured level (its request rate from tokens: see MeasuredLevel)."""
+    isl = _finite(s.mean_input_tokens)
+    osl = _finite(s.mean_output_tokens)
+    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
+    return MeasuredLevel(
+        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
+        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
+        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
+        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
+        summary_request_per_s=s.request_per_s,
+    )
+
+
+def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) -> MeasuredLevel:
+    """Several measurements of one level (its repeats) as one: every figure their mean, the request rate
+    also as its 95 % interval; valid only if every repeat was. One summary is that summary's level."""
+    levels = [level_from_summary(s) for s in summaries]
+    if len(levels) == 1:
+        return levels[0] if label is None else replace(levels[0], label=label)
+    rates = interval([lv.request_per_s for lv in levels])
+
+    def mean(values: Sequence[float | None]) -> float | None:
+        known = [v for v in values if v is not None and math.isfinite(v)]
+        return sum(known) / len(known) if known else None
+
+    return MeasuredLevel(
+        label=label or summaries[0].base_level or summaries[0].level, load=mean([lv.load for lv in levels]) or 0.0,
+        request_per_s=rates.mean, output_tokens_per_s=mean([lv.output_tokens_per_s for lv in levels]) or 0.0,
+        input_tokens_per_s=mean([lv.input_tokens_per_s for lv in levels]) or 0.0,
+        slo_attainment=mean([lv.slo_attainment for lv in levels]) or 0.0,
+        ttft_p95_ms=mean([lv.ttft_p95_ms for lv in levels]), tpot_p95_ms=mean([lv.tpot_p95_ms for lv in levels]),
+        e2e_p95_ms=mean([lv.e2e_p95_ms for lv in levels]),
+        mean_input_tokens=mean([lv.mean_input_tokens for lv in levels]) or 0.0,
+        mean_output_tokens=mean([lv.mean_output_tokens for lv in levels]) or 0.0,
+        num_ok=sum(lv.num_ok for lv in levels), is_valid=all(lv.is_valid for lv in levels),
+        summary_request_per_s=mean([lv.summary_request_per_s for lv in levels]),
+        request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(levels),
+    )
+
+
+def by_level(summaries: Sequence[LevelSummary]) -> dict[str, list[LevelSummary]]:
+    """Each level's repeats, in repeat order; of a level run again after the client fell behind (`~2`),
+    only the last attempt of each repeat."""
+    groups: dict[str, dict[int, LevelSummary]] = {}
+    for s in summaries:
+        groups.setdefault(s.base_level or s.level, {})[s.repeat] = s
+    return {level: [runs[r] for r in sorted(runs)] for level, runs in groups.items()}
+
+
+def measured_levels(summaries: Sequence[LevelSummary]) -> tuple[MeasuredLevel, ...]:
+    """One MeasuredLevel per level, its repeats folded into one (with the throughput interval)."""
+    return tuple(repeated_level(runs, level) for level, runs in by_level(summaries).items())
+
+
+def meets_slo(s: LevelSummary, slo: SLO, attainment_target: float) -> tuple[str, ...]:
+    """Why the level does not meet the SLO (the cost model's own rule); empty when it does."""
+    return slo_problems(level_from_summary(s), latency_limits(slo), attainment_target)
+
+
+def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | None:
+    """How close the level is to its SLO, as the worst ratio of measured to allowed: each p95 over its limit
+    (<= 1 holds), which moves smoothly with load. Only when no latency is limited, the share of requests
+    missing a target over the share allowed to miss. None when nothing was measured."""
+    if not s.num_ok:
+        return None
+    ratios = [value / limit for value, limit in ((s.ttft_ms.p95, slo.ttft_ms), (s.tpot_ms.p95, slo.tpot_ms),
+                                                 (s.e2e_ms.p95, slo.e2e_ms))
+              if value is not None and limit is not None]
+    if not ratios and attainment_target < 1:
+        ratios.append((1 - s.slo_attainment) / (1 - attainment_target))
+    return max(ratios) if ratios else None
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0

@@ -1,0 +1,100 @@
+"""The options every measuring command takes (`bench sweep`, `bench capacity`): engines, workload, bounds,
+output, repeats, resume. Declared once here; `measure_command` gives a command all of them as typer sees
+them, and hands them to it as one `MeasureFlags`."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+@dataclass(frozen=True)
+class MeasureFlags:
+    engine: list[str] | None = None
+    base_url: str | None = None
+    model: str | None = None
+    engine_arg: list[str] | None = None
+    port: int | None = None
+    engine_file: list[Path] | None = None
+    api_key_env: str | None = None
+    scenario: str | None = None
+    duration: float | None = None
+    requests: int | None = None
+    warmup: int | None = None
+    input_tokens: str | None = None
+    output_tokens: str | None = None
+    shared_prefix: str | None = None
+    turns: int | None = None
+    api: str | None = None
+    seed: int | None = None
+    request_timeout: float | None = None
+    tokenizer: Path | None = None
+    strict_openai: bool = False
+    out: Path = Path("runs")
+    report: bool = True
+    repeats: int | None = None
+    resume: list[Path] | None = None
+
+    def given(self) -> list[str]:
+        """The options given on the command line (a default is not a choice), as --flag names."""
+        defaults = MeasureFlags()
+        return [f"--{f.name.replace('_', '-')}" for f in fields(self)
+                if getattr(self, f.name) != getattr(defaults, f.name) and f.name not in ("resume", "report", "out")]
+
+
+OPTIONS: dict[str, tuple[Any, Any]] = {
+    "engine": (list[str], typer.Option(None, help="Engine kind (default: reference), repeatable to compare engines "
+                                                  "on the same workload: see `bench engines`.")),
+    "base_url": (str, typer.Option(None, help="Endpoint base URL, ending in /v1.")),
+    "model": (str, typer.Option(None, help="Model: for endpoint, the name the server lists; for reference, a .gguf "
+                                           "file, a safetensors directory, dummy:<preset> or default (SmolLM2-135M).")),
+    "engine_arg": (list[str], typer.Option(None, help="KEY=VALUE passed to a launched engine as --KEY VALUE "
+                                                      "(repeatable), e.g. batching=static.")),
+    "port": (int, typer.Option(None, help="Port for a launched engine (default: a free one).")),
+    "engine_file": (list[Path], typer.Option(None, help="Engine spec in YAML (engine, model, flags); repeatable.")),
+    "api_key_env": (str, typer.Option(None, help="NAME of the environment variable holding the API key.")),
+    "scenario": (str, typer.Option(None, help="Scenario file, or the name of a shipped one (default: chat).")),
+    "duration": (float, typer.Option(None, help="Seconds per level.")),
+    "requests": (int, typer.Option(None, help="Requests per level (with --duration: whichever ends first).")),
+    "warmup": (int, typer.Option(None, help="Warm-up requests per level (default: one per user).")),
+    "input_tokens": (str, typer.Option(None, help="Prompt length: N | uniform:MIN:MAX | normal:MEAN:STD[:MIN:MAX] | "
+                                                  "lognormal:MEAN:STD[:MIN:MAX].")),
+    "output_tokens": (str, typer.Option(None, help="Output length, same forms as --input-tokens.")),
+    "shared_prefix": (str, typer.Option(None, help="GROUPS:TOKENS: each group shares a system prompt.")),
+    "turns": (int, typer.Option(None, help="Multi-turn chat: each user holds conversations of this many turns, "
+                                           "every turn sending the conversation so far (1 = single requests).")),
+    "api": (str, typer.Option(None, help="chat or completions.")),
+    "seed": (int, typer.Option(None, help="Seed of the request stream.")),
+    "request_timeout": (float, typer.Option(None, help="Seconds before a request counts as timed out.")),
+    "tokenizer": (Path, typer.Option(None, help="A tokenizer.json to build prompts of exact token counts.")),
+    "strict_openai": (bool, typer.Option(False, help="Send only OpenAI's published fields (for providers).")),
+    "out": (Path, typer.Option(Path("runs"), help="Directory that holds the run directories.")),
+    "report": (bool, typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end.")),
+    "repeats": (int, typer.Option(None, help="Run each level (a search: the whole search) this many times, in "
+                                             "rounds; figures then carry 95 % intervals.")),
+    "resume": (list[Path], typer.Option(None, help="Go on with an interrupted run: its finished levels are kept, "
+                                                   "the rest runs (repeatable, one run directory per engine).")),
+}
+
+
+def measure_command(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command(flags: MeasureFlags, **its_own_options)` -> a typer command taking every shared option too."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "flags"]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+              for name, (annotation, option) in OPTIONS.items()]
+
+    @functools.wraps(command)
+    def run(**values: Any) -> Any:
+        flags = MeasureFlags(**{name: values.pop(name) for name in OPTIONS})
+        return command(flags, **values)
+
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    run.__signature__ = inspect.Signature([*shared, *own])  # type: ignore[attr-defined]
+    run.__annotations__ = {}
+    return run

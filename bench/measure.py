@@ -1,0 +1,203 @@
+"""The flow of a measuring command (`bench sweep`, `bench capacity`): flags or run directories to resume ->
+one run per engine -> what was measured printed and reported, and every failure named.
+
+An engine that fails to start or stops answering does not end the command: the other engines still run,
+their results are printed and reported, the failure is named at the end, and the exit code is 1 (2 when
+nothing could be measured at all, as for a bad flag); `--resume` with the run directories then runs only
+what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from bench import rundir
+from bench.capacity import CapacityPlan, read_capacity
+from bench.console import console, errors
+from bench.flags import MeasureFlags
+from bench.options import SweepOverrides, build_scenario
+from bench.resume import Resume, ResumeError, open_run, prepare
+from bench.scenario import Scenario
+from bench.sweep import SweepPlan, SweepResult, run_sweep
+from engines.endpoint import read_api_key
+from engines.engine_file import EngineFile, load_engine_file
+from engines.types import Launcher
+from loadgen.repeats import aggregate
+from loadgen.types import SLO, LevelSummary
+
+DEFAULT_SCENARIO = "chat"
+
+
+@dataclass(frozen=True)
+class Job:
+    plan: SweepPlan
+    launcher: Launcher
+    resume: Resume | None = None
+
+
+@dataclass
+class Outcome:
+    results: list[SweepResult]
+    failures: list[tuple[str, str]]  # engine, what went wrong
+    already_complete: list[Path]
+
+
+def fresh_jobs(flags: MeasureFlags, overrides: SweepOverrides, capacity: CapacityPlan | None = None,
+               adjust: Callable[[Scenario], Scenario] | None = None) -> list[Job]:
+    """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
+    from engines.process import parse_engine_args
+    from engines.registry import make_launcher
+
+    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, overrides)
+    scenario = adjust(scenario) if adjust else scenario
+    tokenizer = _load_tokenizer(flags.tokenizer)
+    kinds = flags.engine or ([] if flags.engine_file else ["reference"])
+    specs = [EngineFile(engine=kind, model=flags.model, base_url=flags.base_url, api_key_env=flags.api_key_env,
+                        port=flags.port, args=parse_engine_args(flags.engine_arg or [])) for kind in kinds]
+    specs += [load_engine_file(path) for path in flags.engine_file or []]
+    for spec in specs:
+        read_api_key(spec.api_key_env)  # a key named but not set is a bad flag: said before anything starts
+    return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
+                          tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
+                          repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json")),
+                make_launcher(spec)) for spec in specs]
+
+
+def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> tuple[list[Job], list[Path]]:
+    """The jobs that go on with `flags.resume`'s run directories, and those already complete."""
+    from engines.registry import make_launcher
+
+    jobs, complete = [], []
+    for run_dir in flags.resume or []:
+        run = open_run(run_dir, command)
+        _check_unchanged(run_dir, run, flags, other_flags)
+        if run.status == "complete":
+            complete.append(run_dir)
+            continue
+        spec = EngineFile.model_validate(run.engine_spec)
+        scenario = Scenario.model_validate(run.scenario)
+        tokenizer_path = run.client.get("tokenizer")
+        capacity = CapacityPlan.from_json(run.plan) if run.plan.get("kind") == "capacity" else None
+        tokenizer = _load_tokenizer(Path(tokenizer_path) if tokenizer_path else None)
+        plan = SweepPlan(scenario, run_dir.parent, engine_kind=spec.name or spec.engine,
+                         strict_openai=bool(run.client.get("strict_openai")), tokenizer=tokenizer,
+                         tokenizer_path=tokenizer_path, repeats=int(run.plan.get("repeats", 1)), capacity=capacity,
+                         engine_spec=run.engine_spec)
+        jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
+    return jobs, complete
+
+
+def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, other_flags: list[str]) -> None:
+    """A resumed run keeps its own engine, scenario and settings: a flag that would change them is refused."""
+    engine = run.engine_spec.get("name") or run.engine_spec.get("engine")
+    if flags.engine and flags.engine != [run.engine_spec.get("engine")]:
+        raise ResumeError(f"--resume {run_dir}: that run measured engine '{engine}', not "
+                          f"'{', '.join(flags.engine)}'; drop --engine (a resumed run keeps its own engine)")
+    scenario = run.scenario.get("name")
+    if flags.scenario and Path(flags.scenario).stem != scenario:
+        raise ResumeError(f"--resume {run_dir}: that run measured scenario '{scenario}', not '{flags.scenario}'; "
+                          "drop --scenario (a resumed run keeps its own scenario)")
+    given = [flag for flag in [*flags.given(), *other_flags] if flag not in ("--engine", "--scenario")]
+    if given:
+        raise ResumeError(f"--resume {run_dir}: drop {', '.join(given)}: a resumed run keeps the settings in its "
+                          "run.json")
+
+
+def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary | None], str | None] | None]
+             = lambda job: None) -> Outcome:
+    """Each job in turn; an engine that fails to start or stops answering is named and the rest go on.
+    Ctrl-C (or SIGTERM, SIGHUP) ends them all: KeyboardInterrupt is the caller's."""
+    from bench.display import RichSweepProgress
+    from engines.endpoint import EndpointError
+    from engines.launch import EngineGone, EngineStartError
+    from engines.registry import EngineError
+
+    outcome = Outcome([], [], [])
+    for job in jobs:
+        if job.resume is not None and job.resume.discarded:
+            console.print(f"resuming {job.resume.run_dir.name}: {len(job.resume.finished)} level(s) kept; "
+                          f"{', '.join(job.resume.discarded)} cut short, run again")
+        try:
+            with RichSweepProgress(console, describe(job)) as progress:
+                outcome.results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
+        except (EndpointError, EngineError, EngineStartError, EngineGone) as exc:
+            if job is not jobs[-1]:  # said at once when other engines still run; at the end in any case
+                errors.print(f"[bold red]{job.plan.engine_kind} failed:[/] {escape(str(exc))}", highlight=False,
+                             markup=True)
+            outcome.failures.append((job.plan.engine_kind, str(exc)))
+    return outcome
+
+
+def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool) -> int:
+    """Print what was measured, write the reports, name the failures; the command's exit code."""
+    from bench.display import capacity_line, repeats_table, server_view_table, summary_table
+
+    for run_dir in outcome.already_complete:
+        console.print(f"{run_dir}: complete, nothing to resume")
+    summaries = [s for result in outcome.results for s in result.summaries]
+    if summaries:
+        console.print(summary_table(summaries, title=title))
+    repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
+    if repeated:
+        console.print(repeats_table(repeated))
+    for result in outcome.results:
+        views = rundir.server_views(result.run_dir)
+        if views:
+            console.print(server_view_table(views, title=f"the server's own metrics: {result.run_dir.name}"))
+        capacity = read_capacity(result.run_dir)
+        if capacity is not None:
+            console.print(capacity_line(capacity), highlight=False)
+        console.print(f"run directory: {result.run_dir}")
+    if write_reports and outcome.results:
+        _write_reports([result.run_dir for result in outcome.results], out)
+    if not outcome.failures:
+        return 0
+    if not outcome.results:  # nothing measured at all: said as a bad flag is, one line per engine
+        for _, reason in outcome.failures:
+            errors.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, markup=True)
+        return 2
+    for engine, reason in outcome.failures:
+        errors.print(f"[bold red]not measured:[/] {engine}: {escape(reason)}", highlight=False, markup=True)
+    unfinished = " ".join(f"--resume {r.run_dir}" for r in outcome.results if r.status != "complete")
+    errors.print("fix what failed and run it again" + (f" (unfinished: {unfinished})" if unfinished else ""),
+                 highlight=False)
+    return 1
+
+
+def _write_reports(run_dirs: list[Path], out: Path) -> None:
+    """One report per run, and one that compares them when several engines ran. A report that can't be made
+    (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
+    from bench.report import ReportError, render_report, render_run_report
+    from costmodel.prices import PriceError
+
+    try:
+        for run_dir in run_dirs:
+            if (path := render_run_report(run_dir)) is not None:
+                console.print(f"report: {path}")
+        if len(run_dirs) > 1:
+            combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
+            console.print(f"comparison report: {combined.files.html}")
+    except (ReportError, PriceError) as exc:
+        errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
+
+
+def _load_tokenizer(path: Path | None) -> Any:
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"--tokenizer {path}: no such file (expected a Hugging Face tokenizer.json)")
+    from loadgen.datasets import TokenizerFile
+
+    return TokenizerFile(path)
+
+
+def with_slo(scenario: Scenario, slo: SLO, attainment_target: float | None) -> Scenario:
+    """The scenario with the SLO a capacity search judges by, so run.json and the report carry it."""
+    pricing = scenario.pricing if attainment_target is None else \
+        scenario.pricing.model_copy(update={"slo_attainment_target": attainment_target})
+    return scenario.model_copy(update={"slo": slo, "pricing": pricing})
