@@ -34,12 +34,12 @@ def sweep(
     """Measure an engine at each load level and write a run directory."""
     stopping.install()
     from bench import measure
+    from bench.options import LoadOverrides
 
     given = _given(concurrency=(concurrency, None), rate=(rate, None), burstiness=(burstiness, None),
                    max_concurrency=(max_concurrency, None))
-    overrides = _overrides(flags, concurrency=concurrency, rate=rate, burstiness=burstiness,
-                           max_concurrency=max_concurrency)
-    jobs, complete = _jobs(lambda: measure.fresh_jobs(flags, overrides), flags, "sweep", given)
+    levels = LoadOverrides(concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency)
+    jobs, complete = _jobs(lambda: measure.fresh_jobs(flags, levels), flags, "sweep", given)
     _run(jobs, complete, flags)
 
 
@@ -65,6 +65,7 @@ def capacity(
     stopping.install()
     from bench import measure
     from bench.capacity import CapacityPlan, parse_slo_flags
+    from bench.options import LoadOverrides
     from bench.search import SearchSettings
 
     given = _given(slo=(slo, None), attainment=(attainment, None), tolerance=(tolerance, 0.05), start=(start, 1.0),
@@ -72,8 +73,8 @@ def capacity(
                    burstiness=(burstiness, None), max_concurrency=(max_concurrency, None))
 
     def fresh() -> list[measure.Job]:
-        overrides = _overrides(flags, burstiness=burstiness, max_concurrency=max_concurrency)
-        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, overrides)
+        levels = LoadOverrides(burstiness=burstiness, max_concurrency=max_concurrency)
+        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, flags, levels)
         target = attainment if attainment is not None else scenario.pricing.slo_attainment_target
         if not 0 < target <= 1:
             raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")
@@ -81,19 +82,10 @@ def capacity(
                                 max_probes=max_probes)
         plan = CapacityPlan(search, parse_slo_flags(slo or [], scenario.slo), target, flags.repeats or 1,
                             scenario.load.burstiness, scenario.load.max_concurrency)
-        return measure.fresh_jobs(flags, overrides, plan, lambda s: measure.with_slo(s, plan.slo, target))
+        return measure.fresh_jobs(flags, levels, plan, lambda s: measure.with_slo(s, plan.slo, target))
 
     jobs, complete = _jobs(fresh, flags, "capacity", given)
     _run(jobs, complete, flags, describe=_describe_probe)
-
-
-def _overrides(flags: MeasureFlags, **load: Any) -> Any:
-    from bench.options import SweepOverrides
-
-    return SweepOverrides(duration=flags.duration, requests=flags.requests, warmup=flags.warmup,
-                          input_tokens=flags.input_tokens, output_tokens=flags.output_tokens,
-                          shared_prefix=flags.shared_prefix, turns=flags.turns, api=flags.api, seed=flags.seed,
-                          request_timeout=flags.request_timeout, **load)
 
 
 def _given(**values: tuple[object, object]) -> list[str]:

@@ -20,7 +20,7 @@ from bench import rundir
 from bench.capacity import CapacityPlan, read_capacity
 from bench.console import console, errors
 from bench.flags import MeasureFlags
-from bench.options import SweepOverrides, build_scenario
+from bench.options import LoadOverrides, build_scenario
 from bench.resume import Resume, ResumeError, open_run, prepare
 from bench.scenario import Scenario
 from bench.sweep import SweepPlan, SweepResult, run_sweep
@@ -47,13 +47,13 @@ class Outcome:
     already_complete: list[Path]
 
 
-def fresh_jobs(flags: MeasureFlags, overrides: SweepOverrides, capacity: CapacityPlan | None = None,
+def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacity: CapacityPlan | None = None,
                adjust: Callable[[Scenario], Scenario] | None = None) -> list[Job]:
     """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
     from engines.process import parse_engine_args
     from engines.registry import make_launcher
 
-    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, overrides)
+    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
     scenario = adjust(scenario) if adjust else scenario
     tokenizer = _load_tokenizer(flags.tokenizer)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])

@@ -7,27 +7,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bench.flags import MeasureFlags
 from bench.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
 from loadgen.workload import parse_length_spec
 
 
 @dataclass(frozen=True)
-class SweepOverrides:
+class LoadOverrides:
+    """The flags that set which levels run (the rest come with every measuring command: MeasureFlags)."""
+
     concurrency: str | None = None
     rate: str | None = None
     burstiness: float | None = None
     max_concurrency: int | None = None
-    duration: float | None = None
-    requests: int | None = None
-    warmup: int | None = None
-    input_tokens: str | None = None
-    output_tokens: str | None = None
-    shared_prefix: str | None = None
-    turns: int | None = None
-    api: str | None = None
-    seed: int | None = None
-    request_timeout: float | None = None
 
 
 def parse_levels_flag(flag: str, text: str, kind: type[int] | type[float]) -> list[Any]:
@@ -42,14 +35,16 @@ def parse_levels_flag(flag: str, text: str, kind: type[int] | type[float]) -> li
     return values
 
 
-def build_scenario(name_or_path: str, flags: SweepOverrides) -> Scenario:
+def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides | None = None) -> Scenario:
+    """The scenario with the command line's flags over it."""
     scenario = load_scenario(name_or_path)
     workload = scenario.workload.model_dump()
     load = scenario.load.model_dump()
-    if flags.concurrency is not None or flags.rate is not None:
-        load["concurrency"] = parse_levels_flag("--concurrency", flags.concurrency, int) if flags.concurrency else []
-        load["rates"] = parse_levels_flag("--rate", flags.rate, float) if flags.rate else []
-    for key, value in (("burstiness", flags.burstiness), ("max_concurrency", flags.max_concurrency),
+    levels = levels or LoadOverrides()
+    if levels.concurrency is not None or levels.rate is not None:
+        load["concurrency"] = parse_levels_flag("--concurrency", levels.concurrency, int) if levels.concurrency else []
+        load["rates"] = parse_levels_flag("--rate", levels.rate, float) if levels.rate else []
+    for key, value in (("burstiness", levels.burstiness), ("max_concurrency", levels.max_concurrency),
                        ("duration_s", flags.duration), ("requests", flags.requests),
                        ("warmup_requests", flags.warmup), ("request_timeout_s", flags.request_timeout)):
         if value is not None:

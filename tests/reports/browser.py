@@ -76,9 +76,12 @@ def _devtools_port(profile: Path, process: subprocess.Popen[bytes], timeout_s: f
 async def _inspect(port: int, url: str, screenshot: Path) -> PageCheck:
     result = PageCheck()
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/json/list") as response:
-            targets = await response.json(content_type=None)
-        page = next(t for t in targets if t.get("type") == "page")
+        page = None
+        while page is None:  # a browser that just opened its port may not list its first page yet
+            async with http.get(f"http://127.0.0.1:{port}/json/list") as response:
+                targets = await response.json(content_type=None)
+            page = next((t for t in targets if t.get("type") == "page"), None)
+            await asyncio.sleep(0 if page else 0.1)
         async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
             cdp = _Session(ws, result)
             for domain in ("Page", "Runtime", "Log", "Network"):
