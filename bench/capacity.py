@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.costinputs import meets_slo, slo_margin
+from bench.costinputs import slo_margin, slo_problems_of
 from bench.search import CapacitySearch, Probe, SearchResult, SearchSettings
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
@@ -73,7 +73,7 @@ def judge(summary: LevelSummary | None, load: float, plan: CapacityPlan) -> Prob
         return Probe(load, "fail", ("no request completed",))
     if not summary.is_valid:
         return Probe(load, "invalid", tuple(summary.invalid_reasons), summary.output_tokens_per_s)
-    problems = meets_slo(summary, plan.slo, plan.attainment_target)
+    problems = slo_problems_of(summary, plan.slo, plan.attainment_target)
     return Probe(load, "fail" if problems else "pass", problems, summary.output_tokens_per_s,
                  slo_margin(summary, plan.slo, plan.attainment_target), summary.e2e_ms.p50)
 
@@ -84,8 +84,8 @@ class CapacityDriver:
 
     plan: CapacityPlan
     run_dir: Path
-    searches: list[CapacitySearch] = field(default_factory=list)
-    labels: list[list[str]] = field(default_factory=list)  # per repeat, each probe's level label
+    searches: list[CapacitySearch] = field(init=False)
+    labels: list[list[str]] = field(init=False)  # per repeat, each probe's level label
 
     def __post_init__(self) -> None:
         self.searches = [CapacitySearch(self.plan.search) for _ in range(self.plan.repeats)]

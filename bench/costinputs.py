@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from costmodel.model import slo_problems
 from costmodel.types import LatencyLimits, MeasuredLevel
-from loadgen.repeats import interval
+from loadgen.repeats import by_level, interval
 from loadgen.types import SLO, LevelSummary
 
 
@@ -59,21 +59,12 @@ def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) 
     )
 
 
-def by_level(summaries: Sequence[LevelSummary]) -> dict[str, list[LevelSummary]]:
-    """Each level's repeats, in repeat order; of a level run again after the client fell behind (`~2`),
-    only the last attempt of each repeat."""
-    groups: dict[str, dict[int, LevelSummary]] = {}
-    for s in summaries:
-        groups.setdefault(s.base_level or s.level, {})[s.repeat] = s
-    return {level: [runs[r] for r in sorted(runs)] for level, runs in groups.items()}
-
-
 def measured_levels(summaries: Sequence[LevelSummary]) -> tuple[MeasuredLevel, ...]:
     """One MeasuredLevel per level, its repeats folded into one (with the throughput interval)."""
-    return tuple(repeated_level(runs, level) for level, runs in by_level(summaries).items())
+    return tuple(repeated_level(runs, level) for (_, level), runs in by_level(summaries).items())
 
 
-def meets_slo(s: LevelSummary, slo: SLO, attainment_target: float) -> tuple[str, ...]:
+def slo_problems_of(s: LevelSummary, slo: SLO, attainment_target: float) -> tuple[str, ...]:
     """Why the level does not meet the SLO (the cost model's own rule); empty when it does."""
     return slo_problems(level_from_summary(s), latency_limits(slo), attainment_target)
 

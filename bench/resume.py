@@ -62,16 +62,13 @@ def prepare(run_dir: Path, run: RunInfo) -> Resume:
     finished_labels = list(rundir.read_level_runs(run_dir))
     discarded = rundir.keep_only_levels(run_dir, set(finished_labels))
     summaries = {s.level: s for s in _summaries(run_dir)}
-    last = {True: None, False: None}  # is_warmup -> highest request id sent
-    last_conversation = None
     path = run_dir / rundir.REQUESTS_FILE
-    for record in read_records(path) if path.is_file() else []:
-        if last[record.is_warmup] is None or record.request_id > last[record.is_warmup]:  # type: ignore[operator]
-            last[record.is_warmup] = record.request_id
-            if not record.is_warmup:
-                last_conversation = record.conversation_id
+    records = read_records(path) if path.is_file() else []
+    last = max((r for r in records if not r.is_warmup), key=lambda r: r.request_id, default=None)
+    last_warmup = max((r.request_id for r in records if r.is_warmup), default=None)
     return Resume(run_dir, run, tuple((label, summaries.get(label)) for label in finished_labels),
-                  tuple(discarded), last[False], last[True], last_conversation)
+                  tuple(discarded), last.request_id if last else None, last_warmup,
+                  last.conversation_id if last else None)
 
 
 def skip_sent(specs: Iterator[RequestSpec], last_id: int | None, last_conversation: int | None = None

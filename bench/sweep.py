@@ -150,7 +150,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
                           telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
             rundir.write_run_info(run_dir, run)
             with telemetry.sampling(url, run_dir / rundir.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
-                run = _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
+                _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
     except Exception as exc:
         status = f"failed: {type(exc).__name__}: {exc}"
@@ -159,7 +159,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
         if not started and resume is None and not (run_dir / rundir.ENGINE_LOG).exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            rundir.write_run_info(run_dir, replace(_latest(run_dir, run), status=status, finished_at=_now()))
+            rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
             summaries = _resummarize(run_dir)
     return SweepResult(run_dir, summaries, status)
 
@@ -167,7 +167,8 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
 def _run_levels(
     plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, run: RunInfo,
     progress: SweepProgress | None, resume: Resume | None,
-) -> RunInfo:
+) -> None:
+    """Every level the driver asks for; a label not planned up front (a capacity probe) is added to `run`."""
     load = plan.scenario.load
     options = ClientOptions(
         base_url=endpoint.base_url.rstrip("/"), model=endpoint.model, api_key=read_api_key(endpoint.api_key_env),
@@ -190,7 +191,7 @@ def _run_levels(
                                  f"see {run_dir / rundir.ENGINE_LOG}")
             first = False
             if level.label not in run.levels:  # a capacity search plans its probes as it goes
-                run = replace(run, levels=[*run.levels, level.label])
+                run.levels.append(level.label)
                 rundir.write_run_info(run_dir, run)
             if progress:
                 progress.level_started(level, bounds)
@@ -202,7 +203,6 @@ def _run_levels(
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
-    return run
 
 
 def _resummarize(run_dir: Path) -> list[LevelSummary]:
@@ -232,14 +232,6 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
         plan=plan.plan_json(), engine_spec=plan.engine_spec,
     )
-
-
-def _latest(run_dir: Path, run: RunInfo) -> RunInfo:
-    """run.json as last written (a level may have added its label since `run` was read)."""
-    try:
-        return rundir.read_run_info(run_dir)
-    except rundir.RunDirError:
-        return run
 
 
 def tool_version() -> str:

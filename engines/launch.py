@@ -191,42 +191,16 @@ def _stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> Non
     except ProcessLookupError:
         process.wait()
         return
-    _signal_group(group, signal.SIGTERM)
+    lifeline.signal_group(group, signal.SIGTERM)
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
-    _signal_group(group, signal.SIGKILL)  # children that outlived the leader, or a leader that ignored TERM
+    lifeline.signal_group(group, signal.SIGKILL)  # children that outlived the leader, or a leader that ignored TERM
     process.wait()
     deadline = time.monotonic() + grace_s
-    while _group_is_running(group) and time.monotonic() < deadline:
+    while lifeline.group_is_running(group) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def _group_is_running(group: int) -> bool:
-    """Whether any process of the group still runs (zombies waiting for their parent don't count)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(group, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == group and fields[0] != "Z":
-            return True
-    return False
-
-
-def _signal_group(group: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(group, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

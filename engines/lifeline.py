@@ -67,7 +67,7 @@ def is_alive(owner: str) -> bool:
             return True
         return True
     stat = _stat(pid)
-    return _is_running(pid) and stat is not None and start in ("", "0", str(stat[1]))
+    return stat is not None and stat[0] != "Z" and start in ("", "0", str(stat[1]))
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -142,16 +142,10 @@ def marked_processes(owner: str | None = None) -> dict[int, str]:
     """pid -> owner of every process whose environment carries an owner mark (only `owner`'s if given)."""
     found = {}
     for environ in PROC.glob("[0-9]*/environ"):
-        try:
-            entries = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.startswith(OWNER_ENV.encode() + b"="):
-                mark = entry.split(b"=", 1)[1].decode(errors="replace")
-                if owner is None or mark == owner:
-                    found[int(environ.parent.name)] = mark
-                break
+        pid = int(environ.parent.name)
+        mark = _environment(pid).get(OWNER_ENV)
+        if mark is not None and (owner is None or mark == owner):
+            found[pid] = mark
     return found
 
 
@@ -175,14 +169,17 @@ def stop_processes(owner: str, group: int | None = None, grace_s: float = GRACE_
 
 def _send(targets: list[tuple[str, int]], sig: signal.Signals) -> None:
     for kind, number in targets:
+        if kind == "group":
+            signal_group(number, sig)
+            continue
         try:
-            os.killpg(number, sig) if kind == "group" else os.kill(number, sig)
+            os.kill(number, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
 def _any_running(pids: set[int], groups: set[int]) -> bool:
-    return any(_is_running(pid) for pid in pids) or any(_group_alive(group) for group in groups)
+    return any(_is_running(pid) for pid in pids) or any(group_is_running(group) for group in groups)
 
 
 def _is_running(pid: int) -> bool:
@@ -190,12 +187,29 @@ def _is_running(pid: int) -> bool:
     return stat is not None and stat[0] != "Z"
 
 
-def _group_alive(group: int) -> bool:
+def signal_group(group: int, sig: signal.Signals) -> None:
     try:
-        os.killpg(group, 0)
+        os.killpg(group, sig)
     except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        pass
+
+
+def group_is_running(group: int) -> bool:
+    """Whether any process of the group still runs (zombies waiting for their parent don't count)."""
+    if not PROC.is_dir():
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in PROC.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 def remove_containers(owner: str, name: str | None = None, client: Any = None,

@@ -46,15 +46,19 @@ def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interva
     return Interval(mean, mean - half, mean + half, tuple(finite))
 
 
-def aggregate(summaries: Sequence[LevelSummary]) -> list[RepeatedLevel]:
-    """One RepeatedLevel per engine and level, in the order the levels first ran; of a level run again
-    after the client fell behind (`~2`), only the last attempt of each repeat counts."""
+def by_level(summaries: Sequence[LevelSummary]) -> dict[tuple[str, str], list[LevelSummary]]:
+    """(engine, level) -> its repeats in repeat order, in the order the levels first ran; of a level run
+    again after the client fell behind (`~2`), only the last attempt of each repeat."""
     groups: dict[tuple[str, str], dict[int, LevelSummary]] = {}
     for s in summaries:
         groups.setdefault((s.engine, s.base_level or s.level), {})[s.repeat] = s  # a later attempt wins
+    return {key: [runs[r] for r in sorted(runs)] for key, runs in groups.items()}
+
+
+def aggregate(summaries: Sequence[LevelSummary]) -> list[RepeatedLevel]:
+    """One RepeatedLevel per engine and level (see `by_level`)."""
     repeated = []
-    for (engine, level), by_repeat in groups.items():
-        runs = [by_repeat[r] for r in sorted(by_repeat)]
+    for (engine, level), runs in by_level(summaries).items():
         figures = {name: interval([read(s) for s in runs]) for name, read in HEADLINE_FIGURES.items()}
         repeated.append(RepeatedLevel(engine, level, runs[0].kind, runs[0].target, tuple(s.level for s in runs),
                                       figures))
