@@ -95,13 +95,13 @@ class Ticker:
     trip would cost more than the writes."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, ScriptedProtocol, StreamPlan, int, float]] = []
+        self.heap: list[tuple[float, int, ScriptedProtocol, StreamPlan, int]] = []
         self.order = itertools.count()
         self.timer: asyncio.TimerHandle | None = None
         self.running = False
 
-    def add(self, due: float, protocol: ScriptedProtocol, plan: StreamPlan, index: int, start: float) -> None:
-        heapq.heappush(self.heap, (due, next(self.order), protocol, plan, index, start))
+    def add(self, due: float, protocol: ScriptedProtocol, plan: StreamPlan, index: int) -> None:
+        heapq.heappush(self.heap, (due, next(self.order), protocol, plan, index))
         if self.running or (self.timer is not None and self.timer.when() <= due):
             return
         if self.timer is not None:
@@ -113,8 +113,8 @@ class Ticker:
         self.timer, self.running = None, True
         try:
             while self.heap and self.heap[0][0] <= loop.time():
-                _, _, protocol, plan, index, start = heapq.heappop(self.heap)
-                protocol.send_planned(plan, index, start)
+                _, _, protocol, plan, index = heapq.heappop(self.heap)
+                protocol.send_planned(plan, index)
         finally:
             self.running = False
             if self.heap:
@@ -144,7 +144,7 @@ class ScriptState:
         self.streams_in_flight += 1
         plan.is_streaming = True
         plan.next_due = start + plan.first_due_s()
-        self.ticker.add(plan.next_due, protocol, plan, 0, start)
+        self.ticker.add(plan.next_due, protocol, plan, 0)
 
     def release(self, plan: StreamPlan) -> None:
         """A stream ended (or its connection did): its slot goes to the first request waiting for one."""
@@ -345,7 +345,7 @@ class ScriptedProtocol:
         self.active = plan
         self.state.admit(self, plan)
 
-    def send_planned(self, plan: StreamPlan, index: int, start: float) -> None:
+    def send_planned(self, plan: StreamPlan, index: int) -> None:
         """Chunk `index` is due: write it, and plan the next one from this one's due time (so no drift)."""
         if self.transport is None:
             self.state.release(plan)
@@ -365,7 +365,7 @@ class ScriptedProtocol:
         else:
             self.write_chunk(plan.event(index))
             plan.next_due += plan.gap_s(index + 1, self.state.streams_in_flight)
-            self.state.ticker.add(plan.next_due, self, plan, index + 1, start)
+            self.state.ticker.add(plan.next_due, self, plan, index + 1)
 
     def write_chunk(self, payload: bytes) -> None:
         assert self.transport is not None
@@ -417,8 +417,12 @@ class StreamPlan:
 
     def gap_s(self, index: int, streams_in_flight: int) -> float:
         """The gap before chunk `index`, with `streams_in_flight` streams (this one included) now."""
-        loaded_ms = self.script.itl_per_stream_ms * max(0, streams_in_flight - 1)
-        return (self.script.itl_ms + loaded_ms + self._stall_ms(index)) / 1000
+        gap_ms = self.script.itl_ms
+        if self.script.itl_per_stream_ms:
+            gap_ms += self.script.itl_per_stream_ms * max(0, streams_in_flight - 1)
+        if self.fault == "stall":
+            gap_ms += self._stall_ms(index)
+        return gap_ms / 1000
 
     def _stall_ms(self, index: int) -> float:
         return self.script.stall_ms if self.fault == "stall" and index == self.script.fault_after_chunks else 0.0
