@@ -3,7 +3,8 @@
 Closed loop: N users, each sends its next request the moment its last one ends (the load follows the
 server). Open loop: requests arrive on a seeded schedule whatever the server does (Poisson, or gamma
 with a burstiness factor: 1 is Poisson, below 1 burstier, above 1 more regular; the same convention as
-vLLM's benchmark), so a slow server builds a queue instead of slowing the load down.
+vLLM's benchmark), so a slow server builds a queue instead of slowing the load down. A trace is open loop
+too, on the trace's own timestamps (times `value`, the time scale).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from typing import Literal
 
 import numpy as np
 
-LevelKind = Literal["concurrency", "rate"]
+LevelKind = Literal["concurrency", "rate", "trace"]
 
 
 @dataclass(frozen=True)
 class Level:
-    """One point of a sweep: `concurrency` users (closed loop) or `rate` requests/s (open loop).
+    """One point of a sweep: `concurrency` users (closed loop), `rate` requests/s (open loop), or a `trace`
+    replayed at its own timestamps times `value` (0.5: twice as fast).
 
-    Its label names it in every record: `c8`, `r2.5`; the second repeat of a level is `c8#2`, and a level
+    Its label names it in every record: `c8`, `r2.5`, `t0.5`; the second repeat of a level is `c8#2`, and a level
     run again after the client fell behind gets `~2` (`c8~2`, `c8#2~2`)."""
 
     kind: LevelKind
@@ -36,6 +38,8 @@ class Level:
             raise ValueError(f"concurrency must be a whole number >= 1, got {self.value:g}")
         if self.kind == "rate" and self.value <= 0:
             raise ValueError(f"rate must be > 0 requests/s, got {self.value:g}")
+        if self.kind == "trace" and self.value <= 0:
+            raise ValueError(f"time scale must be > 0, got {self.value:g}")
         if self.burstiness <= 0:
             raise ValueError(f"burstiness must be > 0, got {self.burstiness:g}")
         if self.repeat < 1 or self.attempt < 1:
@@ -43,7 +47,8 @@ class Level:
 
     @property
     def base_label(self) -> str:
-        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+        prefix = {"concurrency": "c", "rate": "r", "trace": "t"}[self.kind]
+        return f"c{int(self.value)}" if self.kind == "concurrency" else f"{prefix}{self.value:g}"
 
     @property
     def label(self) -> str:
@@ -56,9 +61,12 @@ class Level:
         return int(self.value)
 
 
+LABEL_KINDS = {"c": "concurrency", "r": "rate", "t": "trace"}
+
+
 @dataclass(frozen=True)
 class LevelLabel:
-    base: str  # c8, r2.5
+    base: str  # c8, r2.5, t1
     repeat: int = 1
     attempt: int = 1
 
@@ -69,6 +77,10 @@ class LevelLabel:
             return float(self.base[1:])
         except ValueError:
             return float("nan")
+
+    @property
+    def kind(self) -> str | None:
+        return LABEL_KINDS.get(self.base[:1])
 
 
 def parse_label(label: str) -> LevelLabel:

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 from aiohttp.client_proto import ResponseHandler
 
 from loadgen.sse import SSEParser
@@ -141,7 +142,7 @@ async def send_request(
     record.max_tokens = spec.max_tokens
     stream = _StreamState(record, keep_text)
     record.dispatch_s = record.send_s = clock()
-    url = options.base_url + path
+    url = _url(options.base_url + path)
     max_attempts = max_send_attempts(session)
     for attempt in range(1, max_attempts + 1):
         record.attempts = attempt
@@ -165,7 +166,7 @@ async def send_request(
 
 
 async def _exchange(
-    session: aiohttp.ClientSession, url: str, body: bytes, stamp: _SendStamp, stream: _StreamState,
+    session: aiohttp.ClientSession, url: URL, body: bytes, stamp: _SendStamp, stream: _StreamState,
     clock: Callable[[], float],
 ) -> None:
     record = stamp.record
@@ -175,6 +176,12 @@ async def _exchange(
             raise await _http_failure(response)
         await _read_stream(response, stream, record.send_s, clock)
     stream.finish()
+
+
+@functools.lru_cache(maxsize=64)
+def _url(text: str) -> URL:
+    """Parsed once per endpoint: aiohttp would parse the string again for every request."""
+    return URL(text)
 
 
 def max_send_attempts(session: aiohttp.ClientSession) -> int:

@@ -33,6 +33,8 @@ WORDS = (
 class PromptTokenizer(Protocol):
     def count_and_cut(self, text: str, num_tokens: int) -> tuple[str, int]: ...
 
+    def count(self, text: str) -> int: ...
+
 
 class TokenizerFile:
     """A Hugging Face `tokenizer.json`, used to cut prompts at an exact token count."""
@@ -41,6 +43,9 @@ class TokenizerFile:
         from tokenizers import Tokenizer  # optional dependency, only when a tokenizer is given
 
         self._tokenizer = Tokenizer.from_file(str(path))
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def count_and_cut(self, text: str, num_tokens: int) -> tuple[str, int]:
         encoding = self._tokenizer.encode(text, add_special_tokens=False)

@@ -10,7 +10,7 @@
   client itself took to get it there. Open loop: ttft and e2e also from the scheduled send time, and the
   schedule lag (sent - scheduled), so a slow client can't hide a slow server.
 - Throughput over the steady window (closed loop: from the moment every user is active to the moment
-  the first user stops; open loop: from the first to the last scheduled arrival): output tokens that
+  the first user stops; open loop and traces: from the first to the last scheduled arrival): output tokens that
   arrived in the window, requests that ended in it. Whole-run figures stand beside it.
 - Goodput: ok requests per second in the window that meet every SLO; attainment: the share of all
   measured requests that do (a failure never meets an SLO).
@@ -40,15 +40,16 @@ def summarize(
     if not measured:
         raise ValueError("no measured requests to summarize")
     ok = [r for r in measured if r.ok]
-    kind = "rate" if any(r.scheduled_s is not None for r in measured) else "concurrency"
+    first = measured[0]
+    label = parse_label(first.level)
+    open_loop = any(r.scheduled_s is not None for r in measured)
+    kind = "trace" if label.kind == "trace" else "rate" if open_loop else "concurrency"
     start, end, is_steady = _steady_window(measured, kind)
     window_s = max(end - start, 1e-9)
     meets = [r for r in ok if _meets_slo(r, slo)]
     counts = _count_in_window(ok, start, end)
     run_start = min(r.send_s for r in measured)
     run_s = max(max(r.end_s or r.send_s for r in measured) - run_start, 1e-9)
-    first = measured[0]
-    label = parse_label(first.level)
     summary = LevelSummary(
         engine=first.engine, level=first.level, kind=kind, target=label.target, base_level=label.base,
         repeat=label.repeat,
@@ -141,7 +142,7 @@ def _meets_slo(r: RequestRecord, slo: SLO | None) -> bool:
 def _steady_window(measured: list[RequestRecord], kind: str) -> tuple[float, float, bool]:
     """The window in which the level's full load was applied, or the whole run if there is none."""
     run = (min(r.send_s for r in measured), max(r.end_s or r.send_s for r in measured))
-    if kind == "rate":
+    if kind in ("rate", "trace"):
         scheduled = [r.scheduled_s for r in measured if r.scheduled_s is not None]
         start, end = min(scheduled), max(scheduled)
     else:

@@ -2,14 +2,16 @@
 
 Warm-up requests open the level's connections before the measured window, so connection set-up never
 lands in a TTFT; they are written with `is_warmup` and left out of every metric. A level ends when
-its duration is up or its request budget is spent (whichever comes first); requests in flight then
-finish. Every record is written the moment its request ends.
+its duration is up or its request budget is spent (whichever comes first), or a trace's requests are all
+sent; requests in flight then finish. Every record is written the moment its request ends, with lengths,
+timings and a hash of the prompt, and the text itself only when `keep_text` asks for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import gc
 import itertools
 import time
@@ -28,6 +30,7 @@ from loadgen.types import ClientCheck, RequestRecord, RequestSpec
 WARMUP_MAX_TOKENS = 8
 LOOP_LAG_PERIOD_S = 0.01
 STARTS_PER_LOOP_PASS = 8
+TIMER_SLACK_S = 0.0015
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class LevelContext:
     options: ClientOptions
     writer: JsonlWriter
     on_record: Callable[[RequestRecord], None] | None = None
+    keep_text: bool = False  # store the prompt and the answer in each record (for debugging only)
     clock_origin: float = 0.0
     start_gate: StartGate = field(default_factory=StartGate)
     num_written: int = 0
@@ -117,10 +121,14 @@ class LevelContext:
     def new_record(self, spec: RequestSpec, **fields: object) -> RequestRecord:
         return RequestRecord(
             run_id=self.run_id, engine=self.engine, level=self.level.label, request_id=spec.request_id,
-            send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, **fields,  # type: ignore[arg-type]
+            send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, dataset_index=spec.dataset_index,
+            prompt_sha256=spec.prompt_sha256, prompt_text=spec.prompt if self.keep_text else None,
+            **fields,  # type: ignore[arg-type]
         )
 
     def keep(self, record: RequestRecord) -> None:
+        if not self.keep_text:
+            record.output_text = None  # read for a conversation's next turn, never written
         self.writer.write(record)
         self.num_written += 1
         if self.on_record is not None:
@@ -191,14 +199,16 @@ async def _closed_loop(
             if spec is None:
                 turns, history = iter(next(conversations)), ()
                 spec = next(turns)
-            spec = replace(spec, history=history) if history else spec
+            spec = replace(spec, history=(*spec.history, *history)) if history else spec
             record = ctx.new_record(spec, user=index)
-            record = await send_request(session, spec, ctx.options, record, ctx.clock, keep_text=spec.turn is not None)
+            record = await send_request(session, spec, ctx.options, record, ctx.clock,
+                                        keep_text=ctx.keep_text or spec.turn is not None)
+            answer = record.output_text or ""
             await _finish(ctx, record)
             if spec.turn is None:
                 continue
             if record.ok:
-                history = (*history, ("user", spec.prompt), ("assistant", record.output_text or ""))
+                history = (*history, ("user", spec.prompt), ("assistant", answer))
             else:
                 turns = iter(())
 
@@ -222,25 +232,27 @@ async def _open_loop(
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(spec: RequestSpec, scheduled_s: float) -> None:
+        await _spin_until(ctx, scheduled_s)
         await ctx.start_gate.turn()
         record = ctx.new_record(spec, scheduled_s=scheduled_s)
         if cap is None:
-            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock))
+            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
             return
         async with cap:
-            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock))
+            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
 
-    schedule = arrival_offsets(level.value, level.burstiness, seed=int(level.value * 1000) + 17)
     try:
-        for count, scheduled_s in enumerate(schedule):
+        for count, (scheduled_s, take) in enumerate(_schedule(level, specs)):
             if bounds.max_requests is not None and count >= bounds.max_requests:
                 break
-            if bounds.duration_s is not None and scheduled_s >= bounds.duration_s:
+            if bounds.duration_s is not None and scheduled_s > bounds.duration_s:
                 break
-            delay = scheduled_s - ctx.clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.create_task(one(next(specs), scheduled_s))
+            # The task is started a little early and waits out the rest itself: at its time it sends at once.
+            await _sleep(scheduled_s - ctx.clock() - TIMER_SLACK_S)
+            spec = take()
+            if spec is None:
+                break
+            task = asyncio.create_task(one(spec, scheduled_s))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -248,6 +260,36 @@ async def _open_loop(
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def _sleep(delay_s: float) -> None:
+    if delay_s > 0:
+        await asyncio.sleep(delay_s)
+
+
+async def _spin_until(ctx: LevelContext, due_s: float) -> None:
+    """Wait for `due_s` on the level's clock in passes of the event loop (which go on reading streams). A timer
+    fires up to a millisecond late (uvloop's count whole milliseconds), so only the last TIMER_SLACK_S is
+    waited this way."""
+    while ctx.clock() < due_s:
+        await asyncio.sleep(0)
+
+
+def _schedule(level: Level, specs: Iterator[RequestSpec]
+              ) -> Iterator[tuple[float, Callable[[], RequestSpec | None]]]:
+    """(send time, how to take its request): a trace's own timestamps, scaled, until the trace ends; else the
+    seeded arrival process, each request taken from the stream only when it is sent (a level's end leaves the
+    stream where a resumed run expects it)."""
+    if level.kind == "trace":
+        for spec in specs:
+            yield (spec.arrival_s or 0.0) * level.value, functools.partial(_same, spec)
+        return
+    for offset in arrival_offsets(level.value, level.burstiness, seed=int(level.value * 1000) + 17):
+        yield offset, functools.partial(next, specs, None)
+
+
+def _same(spec: RequestSpec) -> RequestSpec:
+    return spec
 
 
 @contextmanager

@@ -32,6 +32,9 @@ class RequestSpec:
     conversation_id: int | None = None
     turn: int | None = None
     history: tuple[tuple[str, str], ...] = ()  # earlier turns of the conversation: (role, content)
+    arrival_s: float | None = None  # a trace's own send time, seconds from the trace's start (unscaled)
+    dataset_index: int | None = None  # which request of a replayed file: its line, entry or row (from 1)
+    prompt_sha256: str | None = None  # of the new user message, so records can be matched without the text
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -78,7 +81,11 @@ class RequestRecord:
     error_message: str | None = None
     http_status: int | None = None
     attempts: int = 1  # > 1 when kept-alive connections turned out closed and the request was sent again
-    output_text: str | None = None  # kept for multi-turn workloads only: the next turn sends it back
+    dataset_index: int | None = None
+    prompt_sha256: str | None = None
+    # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
+    prompt_text: str | None = None
+    output_text: str | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -210,6 +217,35 @@ class ServerView:
     max_kv_cache_usage: float | None  # 1 = every block in use
     preemptions: float | None
     prefix_cache_hit_rate: float | None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A replayed file as a report states it: which one (its sha256, never its text), how many requests,
+    and their lengths."""
+
+    name: str
+    path: str
+    sha256: str
+    format: str
+    num_requests: int  # requests it sends (a conversation sends one per turn)
+    num_entries: int  # lines, conversations or trace rows kept
+    num_in_file: int
+    input_tokens: Distribution
+    output_tokens: Distribution
+    lengths: str  # how the lengths are known: from the trace, counted with the tokenizer, or estimated
+    turns: str | None = None  # conversations replayed turn by turn: how many turns
+    time_scale: float | None = None  # traces
+    span_s: float | None = None  # traces: from the first arrival to the last, unscaled
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> DatasetInfo:
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        for key in ("input_tokens", "output_tokens"):
+            known[key] = Distribution(**known.get(key, {}))
+        known["notes"] = tuple(known.get("notes", ()))
+        return cls(**known)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,44 @@ class MultiTurn(BaseModel):
     turns: int = Field(ge=2, le=1000)
 
 
+DatasetFormat = Literal["jsonl", "sharegpt", "mooncake", "azure"]
+TRACE_FORMATS = ("mooncake", "azure")
+
+
+class DatasetSettings(BaseModel):
+    """Requests replayed from a file (`loadgen.replay`): logged prompts, conversations or an arrival trace.
+
+    `path` is the file (relative paths from the scenario file's directory); `format` is detected from the
+    content when not given. `sample` keeps that many requests (seeded), `max_input_tokens` drops longer
+    ones. `turns`: for conversations, replay up to that many user turns of each one (`all`: every turn);
+    none means single-turn (the first user turn). Traces: `time_scale` multiplies the timestamps (0.5 replays
+    twice as fast), `window` keeps [start, end) seconds of it, and `block_tokens` is the size of one
+    `hash_ids` block (512 in Mooncake's traces)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    format: DatasetFormat | None = None
+    sample: int | None = Field(default=None, ge=1)
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    turns: int | Literal["all"] | None = None
+    time_scale: float = Field(default=1.0, gt=0)
+    window: tuple[float, float] | None = None
+    block_tokens: int = Field(default=512, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetSettings:
+        if isinstance(self.turns, int) and self.turns < 1:
+            raise ValueError(f"turns must be a whole number >= 1 or 'all', got {self.turns}")
+        if self.window is not None and not 0 <= self.window[0] < self.window[1]:
+            raise ValueError(f"window must be START:END seconds with 0 <= START < END, got {self.window}")
+        return self
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.turns == "all" or (isinstance(self.turns, int) and self.turns > 1)
+
+
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -125,9 +163,14 @@ class Workload(BaseModel):
     seed: int = 0
     temperature: float | None = Field(default=0.0, ge=0)
     ignore_eos: bool = True
+    dataset: DatasetSettings | None = None
+    keep_text: bool = False  # store prompts and answers in the records (off: lengths, timings, hashes only)
 
     @model_validator(mode="after")
     def _multi_turn_is_chat(self) -> Workload:
-        if self.multi_turn is not None and self.api != "chat":
+        if (self.multi_turn is not None or (self.dataset and self.dataset.multi_turn)) and self.api != "chat":
             raise ValueError("multi_turn needs api: chat (a conversation is a list of messages)")
+        if self.dataset is not None and (self.multi_turn is not None or self.shared_prefix is not None):
+            raise ValueError("a dataset brings its own prompts: drop multi_turn / shared_prefix (for conversations "
+                             "use dataset.turns)")
         return self
