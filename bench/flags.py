@@ -35,6 +35,14 @@ class MeasureFlags:
     seed: int | None = None
     request_timeout: float | None = None
     tokenizer: Path | None = None
+    dataset: Path | None = None
+    dataset_format: str | None = None
+    dataset_sample: int | None = None
+    dataset_turns: str | None = None
+    max_input_tokens: int | None = None
+    time_scale: float | None = None
+    trace_window: str | None = None
+    keep_text: bool = False
     strict_openai: bool = False
     out: Path = Path("runs")
     report: bool = True
@@ -73,6 +81,22 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "seed": (int, typer.Option(None, help="Seed of the request stream.")),
     "request_timeout": (float, typer.Option(None, help="Seconds before a request counts as timed out.")),
     "tokenizer": (Path, typer.Option(None, help="A tokenizer.json to build prompts of exact token counts.")),
+    "dataset": (Path, typer.Option(None, help="Replay requests from a file: logged prompts (JSONL: {\"prompt\"} or "
+                                              "{\"messages\"} a line), ShareGPT conversations, or an arrival trace "
+                                              "(Mooncake JSONL, Azure CSV). Only lengths, timings and hashes are "
+                                              "recorded, never the text.")),
+    "dataset_format": (str, typer.Option(None, help="jsonl, sharegpt, mooncake or azure (default: told from "
+                                                    "the content).")),
+    "dataset_sample": (int, typer.Option(None, help="Replay this many of the dataset's requests, sampled with "
+                                                    "--seed.")),
+    "dataset_turns": (str, typer.Option(None, help="Conversations: replay up to N user turns of each, or all "
+                                                   "(default: the first turn only). --turns N does the same.")),
+    "max_input_tokens": (int, typer.Option(None, help="Leave out dataset requests with longer prompts.")),
+    "time_scale": (float, typer.Option(None, help="A trace: multiply its timestamps (0.5 replays it twice as "
+                                                  "fast).")),
+    "trace_window": (str, typer.Option(None, help="A trace: replay START:END seconds of it.")),
+    "keep_text": (bool, typer.Option(False, help="Store prompts and answers in requests.jsonl (for debugging; "
+                                                 "the report says so).")),
     "strict_openai": (bool, typer.Option(False, help="Send only OpenAI's published fields (for providers).")),
     "out": (Path, typer.Option(Path("runs"), help="Directory that holds the run directories.")),
     "report": (bool, typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end.")),

@@ -28,6 +28,7 @@ from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
 from loadgen.repeats import aggregate
+from loadgen.replay.requests import Replay
 from loadgen.types import SLO, LevelSummary
 
 DEFAULT_SCENARIO = "chat"
@@ -56,6 +57,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
     scenario = adjust(scenario) if adjust else scenario
     tokenizer = _load_tokenizer(flags.tokenizer)
+    replay = load_replay(scenario, tokenizer)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
     specs = [EngineFile(engine=kind, model=flags.model, base_url=flags.base_url, api_key_env=flags.api_key_env,
                         port=flags.port, args=parse_engine_args(flags.engine_arg or [])) for kind in kinds]
@@ -64,7 +66,8 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
         read_api_key(spec.api_key_env)  # a key named but not set is a bad flag: said before anything starts
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
                           tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
-                          repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json")),
+                          repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
+                          replay=replay),
                 make_launcher(spec)) for spec in specs]
 
 
@@ -84,10 +87,14 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
         tokenizer_path = run.client.get("tokenizer")
         capacity = CapacityPlan.from_json(run.plan) if run.plan.get("kind") == "capacity" else None
         tokenizer = _load_tokenizer(Path(tokenizer_path) if tokenizer_path else None)
+        replay = load_replay(scenario, tokenizer)
+        if replay is not None and run.dataset and run.dataset.get("sha256") != replay.dataset.sha256:
+            raise ResumeError(f"--resume {run_dir}: {replay.dataset.path} changed since that run began (its sha256 "
+                              "differs); start a new run")
         plan = SweepPlan(scenario, run_dir.parent, engine_kind=spec.name or spec.engine,
                          strict_openai=bool(run.client.get("strict_openai")), tokenizer=tokenizer,
                          tokenizer_path=tokenizer_path, repeats=int(run.plan.get("repeats", 1)), capacity=capacity,
-                         engine_spec=run.engine_spec)
+                         engine_spec=run.engine_spec, replay=replay)
         jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
     return jobs, complete
 
@@ -116,6 +123,7 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary |
     from engines.endpoint import EndpointError
     from engines.launch import EngineGone, EngineStartError
     from engines.registry import EngineError
+    from loadgen.replay.formats import DatasetError
 
     outcome = Outcome([], [], [])
     for job in jobs:
@@ -125,7 +133,7 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary |
         try:
             with RichSweepProgress(console, describe(job)) as progress:
                 outcome.results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
-        except (EndpointError, EngineError, EngineStartError, EngineGone) as exc:
+        except (EndpointError, EngineError, EngineStartError, EngineGone, DatasetError) as exc:
             if job is not jobs[-1]:  # said at once when other engines still run; at the end in any case
                 errors.print(f"[bold red]{job.plan.engine_kind} failed:[/] {escape(str(exc))}", highlight=False,
                              markup=True)
@@ -184,6 +192,19 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
             console.print(f"comparison report: {combined.files.html}")
     except (ReportError, PriceError) as exc:
         errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
+
+
+def load_replay(scenario: Scenario, tokenizer: Any) -> Replay | None:
+    """The scenario's dataset read and prepared (raises DatasetError, a ValueError, naming line and field)."""
+    dataset = scenario.workload.dataset
+    if dataset is None:
+        return None
+    from loadgen.replay.formats import read_dataset
+    from loadgen.replay.requests import prepare_replay
+
+    workload = scenario.workload
+    return prepare_replay(read_dataset(dataset.path, dataset.format), dataset, workload.output_tokens, workload.seed,
+                          tokenizer)
 
 
 def _load_tokenizer(path: Path | None) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,10 +58,17 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         workload["output_tokens"] = parse_length_spec(flags.output_tokens).model_dump()
     if flags.shared_prefix is not None:
         workload["shared_prefix"] = _parse_shared_prefix(flags.shared_prefix)
-    if flags.turns is not None:
-        if flags.turns < 1:
-            raise ValueError(f"--turns {flags.turns}: expected a whole number >= 1 (turns per conversation)")
+    if flags.turns is not None and flags.turns < 1:
+        raise ValueError(f"--turns {flags.turns}: expected a whole number >= 1 (turns per conversation)")
+    dataset = _dataset_settings(flags, workload.get("dataset"))
+    workload["dataset"] = dataset
+    if flags.turns is not None and dataset is None:
         workload["multi_turn"] = {"turns": flags.turns} if flags.turns > 1 else None
+    if flags.keep_text:
+        workload["keep_text"] = True
+    if flags.dataset is not None and dataset is not None and levels.concurrency is None and levels.rate is None \
+            and _is_trace(Path(dataset["path"]), dataset.get("format")):
+        load["concurrency"], load["rates"] = [], []  # a trace is a level of its own: replayed once
     if flags.api is not None:
         workload["api"] = flags.api
     if flags.seed is not None:
@@ -69,6 +77,62 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         return Scenario.model_validate({**scenario.model_dump(), "workload": workload, "load": load})
     except ValidationError as exc:
         raise ScenarioError(f"bad flag: {describe_validation_error(exc)}") from None
+
+
+def _dataset_settings(flags: MeasureFlags, scenario_dataset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """workload.dataset: the scenario's, with the --dataset flags over it."""
+    if flags.dataset is None and scenario_dataset is None:
+        given = [name for name, value in (("--dataset-format", flags.dataset_format),
+                                          ("--dataset-sample", flags.dataset_sample),
+                                          ("--dataset-turns", flags.dataset_turns),
+                                          ("--max-input-tokens", flags.max_input_tokens),
+                                          ("--time-scale", flags.time_scale), ("--trace-window", flags.trace_window))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} need(s) --dataset FILE (or workload.dataset in the scenario)")
+        return None
+    dataset = dict(scenario_dataset or {})
+    if flags.dataset is not None:
+        dataset = {"path": str(flags.dataset.resolve())}  # a new file: none of the scenario's file settings
+    for key, value in (("format", flags.dataset_format), ("sample", flags.dataset_sample),
+                       ("max_input_tokens", flags.max_input_tokens), ("time_scale", flags.time_scale)):
+        if value is not None:
+            dataset[key] = value
+    if flags.dataset_turns is not None:
+        dataset["turns"] = _parse_turns(flags.dataset_turns)
+    elif flags.turns is not None:
+        dataset["turns"] = flags.turns if flags.turns > 1 else None
+    if flags.trace_window is not None:
+        dataset["window"] = _parse_window(flags.trace_window)
+    return dataset
+
+
+def _parse_turns(text: str) -> int | str:
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        turns = int(text)
+    except ValueError:
+        turns = 0
+    if turns < 1:
+        raise ValueError(f"--dataset-turns {text}: expected a whole number >= 1 or 'all'")
+    return turns
+
+
+def _parse_window(text: str) -> tuple[float, float]:
+    try:
+        start, end = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--trace-window {text}: expected START:END in seconds, e.g. 0:600") from None
+    if not 0 <= start < end:
+        raise ValueError(f"--trace-window {text}: expected 0 <= START < END")
+    return start, end
+
+
+def _is_trace(path: Path, format: str | None) -> bool:
+    from loadgen.replay.formats import is_trace_file
+
+    return is_trace_file(path, format)
 
 
 def _parse_shared_prefix(text: str) -> dict[str, int]:

@@ -117,7 +117,7 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     if not summaries:
         raise rundir.RunDirError(f"{run_dir}: no measured request yet (status: {info.status})")
     kinds = Counter(s.kind for s in summaries)
-    kind = "concurrency" if kinds["concurrency"] else "rate"
+    kind = next(k for k in ("concurrency", "rate", "trace") if kinds[k] or k == "trace")
     measured = {s.level for s in summaries}
     finished = set(rundir.read_level_runs(run_dir))
     missing = tuple(label for label in info.levels if label not in measured)
@@ -137,7 +137,8 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
-                     capacity=read_capacity(run_dir))
+                     capacity=read_capacity(run_dir), dataset=info.dataset_info,
+                     keep_text=bool(info.scenario.get("workload", {}).get("keep_text")))
 
 
 def _provenance(info: rundir.RunInfo) -> dict[str, Any]:

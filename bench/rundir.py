@@ -1,7 +1,8 @@
 """The run directory: the contract between a sweep and everything that reads it afterwards.
 
     runs/<utc-time>-<engine>-<scenario>/
-        run.json         RunInfo: tool version, engine, hardware, resolved scenario, levels, seeds, status
+        run.json         RunInfo: tool version, engine, hardware, resolved scenario, levels, seeds, status, and
+                         a replayed dataset's path, sha256 and lengths (never its text)
         requests.jsonl   one RequestRecord per line, appended as each request ends
         levels.jsonl     one line per finished level: timing and the client's check on itself
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
@@ -28,7 +29,7 @@ from loadgen.metrics import summarize
 from loadgen.recorder import read_jsonl, read_records
 from loadgen.repeats import aggregate
 from loadgen.telemetry import server_view
-from loadgen.types import SLO, ClientCheck, LevelSummary, RequestRecord, ServerView
+from loadgen.types import SLO, ClientCheck, DatasetInfo, LevelSummary, RequestRecord, ServerView
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -66,6 +67,7 @@ class RunInfo:
     plan: dict[str, Any] = field(default_factory=dict)  # {"kind": "sweep" | "capacity", "repeats", ...}
     engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile it was launched from
     resumed_at: list[str] = field(default_factory=list)
+    dataset: dict[str, Any] | None = None  # a replayed file: loadgen.types.DatasetInfo (its sha256, never its text)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RunInfo:
@@ -96,6 +98,10 @@ class RunInfo:
         """The GPUs of the machine that ran it ([] for none); None when the run does not say."""
         gpus = self.hardware.get("gpus")
         return None if gpus is None else [str(gpu.get("name", "")) for gpu in gpus]
+
+    @property
+    def dataset_info(self) -> DatasetInfo | None:
+        return DatasetInfo.from_json(self.dataset) if self.dataset else None
 
     @property
     def slo(self) -> SLO:

@@ -106,7 +106,8 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _conversations_need_users(self) -> Scenario:
-        if self.workload.multi_turn is not None and self.load.rates:
+        dataset = self.workload.dataset
+        if (self.workload.multi_turn is not None or (dataset is not None and dataset.multi_turn)) and self.load.rates:
             raise ValueError("workload.multi_turn runs with concurrency levels only (each user holds one "
                              "conversation at a time); remove load.rates / --rate")
         return self
@@ -122,16 +123,22 @@ def load_scenario(name_or_path: str) -> Scenario:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ScenarioError(f"--scenario {name_or_path}: no such file")
-        text, origin = path.read_text(), str(path)
+        text, origin, directory = path.read_text(), str(path), path.parent
     elif name_or_path in shipped_scenarios():
-        text = (resources.files("scenarios") / f"{name_or_path}.yaml").read_text()
-        origin = f"scenarios/{name_or_path}.yaml"
+        shipped = resources.files("scenarios") / f"{name_or_path}.yaml"
+        text, origin, directory = shipped.read_text(), f"scenarios/{name_or_path}.yaml", Path(str(shipped)).parent
     else:
         raise ScenarioError(f"--scenario {name_or_path}: not a file, and not one of the shipped scenarios "
                             f"({', '.join(shipped_scenarios())})")
-    return parse_scenario(text, origin)
+    return parse_scenario(text, origin, directory)
 
 
-def parse_scenario(text: str, origin: str) -> Scenario:
+def parse_scenario(text: str, origin: str, directory: Path | None = None) -> Scenario:
+    """The scenario in `text`; a dataset's relative path is taken from `directory` (the scenario file's)."""
     raw = parse_yaml_mapping(text, origin, ScenarioError, "a mapping with name, workload, load and slo")
-    return validate(Scenario, raw, origin, ScenarioError)
+    scenario = validate(Scenario, raw, origin, ScenarioError)
+    dataset = scenario.workload.dataset
+    if dataset is not None and directory is not None and not Path(dataset.path).is_absolute():
+        resolved = dataset.model_copy(update={"path": str((directory / dataset.path).resolve())})
+        scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"dataset": resolved})})
+    return scenario

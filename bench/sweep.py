@@ -8,7 +8,9 @@ in rounds, so drift shows as spread) or `bench.capacity.CapacityDriver` for a ca
 load chosen from the probes before it). A resumed run (`bench.resume`) starts from what its directory holds.
 
 All requests of a run come from one seeded stream, so no prompt is sent twice (a prefix cache can't
-flatter a later level) and two engines swept with the same scenario get the same prompts in order.
+flatter a later level) and two engines swept with the same scenario get the same prompts in order. A
+replayed dataset (`loadgen.replay`) is that stream, from its start again when a sweep outlasts it; a trace
+replayed at its own times is a level of its own (`t1`), and each such level sends the whole trace.
 Between levels a launched engine is asked whether it still answers, so one that died ends its run with
 that said, instead of a trail of failed levels.
 """
@@ -16,6 +18,7 @@ that said, instead of a trail of failed levels.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -28,7 +31,7 @@ from bench.hardware import describe_host
 from bench.resume import Resume, skip_sent
 from bench.rundir import RunInfo
 from bench.scenario import LoadSettings, Scenario
-from engines.endpoint import read_api_key
+from engines.endpoint import context_length, read_api_key
 from engines.launch import EngineGone, still_answering
 from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import telemetry
@@ -36,8 +39,9 @@ from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
 from loadgen.recorder import JsonlWriter
+from loadgen.replay.requests import Replay, check_context, describe, replay_requests
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
-from loadgen.types import LevelSummary, RequestRecord
+from loadgen.types import LevelSummary, RequestRecord, RequestSpec
 
 TOOL_NAME = "llm-selfhost-bench"
 WARMUP_SEED_OFFSET = 1_000_003
@@ -67,6 +71,7 @@ class SweepPlan:
     repeats: int = 1
     capacity: CapacityPlan | None = None  # a capacity search instead of the scenario's levels
     engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile, kept in run.json for --resume
+    replay: Replay | None = None  # the scenario's dataset, read and prepared
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -74,16 +79,32 @@ class SweepPlan:
 
     def levels(self) -> list[Level]:
         """The levels planned up front: none for a capacity search, whose probes are chosen as it goes."""
-        return [] if self.capacity is not None else plan_levels(self.scenario.load, self.repeats)
+        return [] if self.capacity is not None else plan_levels(self.scenario.load, self.repeats, self.trace_scale)
+
+    @property
+    def trace_scale(self) -> float | None:
+        """A trace's time scale, when the dataset is one (it can then be replayed as a level of its own)."""
+        return self.replay.settings.time_scale if self.replay is not None and self.replay.dataset.is_trace else None
 
     def plan_json(self) -> dict[str, Any]:
         if self.capacity is not None:
             return {"kind": "capacity", "repeats": self.repeats, **self.capacity.to_json()}
         return {"kind": "sweep", "repeats": self.repeats}
 
-    def bounds(self) -> LevelBounds:
+    def bounds(self, level: Level | None = None) -> LevelBounds:
+        """When a level ends; a trace's when it has been sent whole (or after --requests)."""
         load = self.scenario.load
+        if level is not None and level.kind == "trace" and self.replay is not None:
+            return LevelBounds(duration_s=max(self.replay.span_s * level.value, 1e-3), max_requests=load.requests,
+                               num_warmup=load.warmup_requests)
         return LevelBounds(duration_s=load.duration_s, max_requests=load.requests, num_warmup=load.warmup_requests)
+
+    def requests(self, cycle: bool = True) -> Iterator[RequestSpec]:
+        """The run's request stream: the dataset's requests, or the synthetic workload's."""
+        workload = self.scenario.workload
+        if self.replay is None:
+            return iter_requests(workload, self.tokenizer)
+        return replay_requests(self.replay, workload.api, self.tokenizer, workload.seed, cycle)
 
 
 @dataclass
@@ -93,8 +114,12 @@ class SweepResult:
     status: str
 
 
-def plan_levels(load: LoadSettings, repeats: int = 1) -> list[Level]:
-    """Every level once, then every level again: `repeats` rounds."""
+def plan_levels(load: LoadSettings, repeats: int = 1, trace_scale: float | None = None) -> list[Level]:
+    """Every level once, then every level again: `repeats` rounds. A trace with no level given is
+    replayed at its own times (scaled), once a round."""
+    if not load.concurrency and not load.rates and trace_scale is not None:
+        return [Level("trace", trace_scale, max_concurrency=load.max_concurrency, repeat=repeat)
+                for repeat in range(1, repeats + 1)]
     if not load.concurrency and not load.rates:
         raise ValueError("no levels to run: give --concurrency and/or --rate")
     return [level for repeat in range(1, repeats + 1) for level in (
@@ -149,6 +174,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             run = replace(run, status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
                           telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
             rundir.write_run_info(run_dir, run)
+            _check_context(plan, endpoint)
             with telemetry.sampling(url, run_dir / rundir.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
                 _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
@@ -176,11 +202,10 @@ def _run_levels(
         strict_openai=plan.strict_openai, ignore_eos=plan.scenario.workload.ignore_eos,
     )
     workload = plan.scenario.workload
-    specs = skip_sent(iter_requests(workload, plan.tokenizer), resume and resume.last_request_id,
-                      resume and resume.last_conversation_id)
-    warmup_specs = skip_sent(iter_requests(workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET}),
-                                           plan.tokenizer), resume and resume.last_warmup_id)
-    bounds = plan.bounds()
+    specs = skip_sent(plan.requests(), resume and resume.last_request_id, resume and resume.last_conversation_id)
+    # Warm-up requests are synthetic, from a seed of their own: a dataset's prompts are all kept for measuring.
+    warmup_workload = workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET, "dataset": None})
+    warmup_specs = skip_sent(iter_requests(warmup_workload, plan.tokenizer), resume and resume.last_warmup_id)
     driver = make_driver(plan, run_dir, resume)
     first = True
     with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
@@ -193,16 +218,24 @@ def _run_levels(
             if level.label not in run.levels:  # a capacity search plans its probes as it goes
                 run.levels.append(level.label)
                 rundir.write_run_info(run_dir, run)
+            bounds = plan.bounds(level)
             if progress:
                 progress.level_started(level, bounds)
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
-                               on_record=progress.request_finished if progress else None)
-            level_run = run_level_blocking(ctx, bounds, specs, warmup_specs)
+                               on_record=progress.request_finished if progress else None, keep_text=workload.keep_text)
+            level_specs = plan.requests(cycle=False) if level.kind == "trace" else specs
+            level_run = run_level_blocking(ctx, bounds, level_specs, warmup_specs)
             levels.write(asdict(level_run))
             summary = _find(_resummarize(run_dir), level_run)
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
+
+
+def _check_context(plan: SweepPlan, endpoint: Endpoint) -> None:
+    """A dataset with requests longer than the model's context is refused before any is sent."""
+    if plan.replay is not None and (limit := context_length(endpoint)) is not None:
+        check_context(plan.replay, limit)
 
 
 def _resummarize(run_dir: Path) -> list[LevelSummary]:
@@ -231,6 +264,7 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path},
         seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
         plan=plan.plan_json(), engine_spec=plan.engine_spec,
+        dataset=asdict(describe(plan.replay)) if plan.replay is not None else None,
     )
 
 

@@ -50,6 +50,28 @@ def list_models(endpoint: Endpoint, timeout_s: float = 10.0) -> tuple[list[str],
     return models, response.headers
 
 
+CONTEXT_FIELDS = ("max_model_len", "context_length", "context_window")  # vLLM and ours, OpenRouter, others
+
+
+def context_length(endpoint: Endpoint) -> int | None:
+    """The model's context in tokens, as its /models entry states it (vLLM, SGLang, llama.cpp, ours and
+    some providers do); None when it does not say or can't be read."""
+    headers = {"Authorization": f"Bearer {key}"} if (key := read_api_key(endpoint.api_key_env)) else {}
+    try:
+        response = httpx.get(endpoint.base_url.rstrip("/") + "/models", headers=headers, timeout=10.0)
+        cards = response.json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    card = next((c for c in cards if isinstance(c, dict) and c.get("id") == endpoint.model), None)
+    if card is None:
+        return None
+    meta = card.get("meta") if isinstance(card.get("meta"), dict) else {}
+    for value in (*(card.get(name) for name in CONTEXT_FIELDS), meta.get("n_ctx"), meta.get("n_ctx_train")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 @contextmanager
 def use_endpoint(endpoint: Endpoint) -> Iterator[tuple[Endpoint, EngineInfo]]:
     models, headers = list_models(endpoint)

@@ -141,7 +141,39 @@ def assumptions(decision: Decision, runs: list[ReportRun]) -> list[str]:
     lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits, "
                  f"{'batch API discount' if a.uses_batch_api else 'no batch discount'}.")
     lines += [f"Assumed: {text}." for text in decision.pricing.assumed]
+    lines += [line for run in runs if (line := _workload_line(run, len(runs) > 1))]
     return lines
+
+
+def _workload_line(run: ReportRun, name_run: bool) -> str | None:
+    """What traffic was measured: the file replayed (by name and sha256, never its text), or the synthetic
+    workload's lengths."""
+    who = f" ({run.label})" if name_run else ""
+    d = run.dataset
+    if d is None:
+        workload = run.provenance.get("workload") or {}
+        if not workload:
+            return None
+        return (f"Workload{who}: synthetic prompts, input {_length(workload.get('input_tokens'))} tokens, output "
+                f"{_length(workload.get('output_tokens'))} tokens.")
+    lengths = (f"input tokens p50 {d.input_tokens.p50:,.0f} / p90 {d.input_tokens.p90:,.0f} / p99 "
+               f"{d.input_tokens.p99:,.0f}, output p50 {d.output_tokens.p50:,.0f} / p90 {d.output_tokens.p90:,.0f} / "
+               f"p99 {d.output_tokens.p99:,.0f} ({d.lengths})") if d.input_tokens.p50 is not None else ""
+    how = (f"replayed at its own times x {d.time_scale:g} ({d.span_s:,.0f} s)" if d.time_scale is not None
+           else f"{d.turns} turns a conversation" if d.turns else "one request per entry")
+    notes = "".join(f"; {note}" for note in d.notes)
+    return (f"Workload{who}: {d.name} ({d.format}, sha256 {d.sha256[:12]}), {d.num_requests:,} requests from "
+            f"{d.num_entries:,} of its {d.num_in_file:,} entries, {how}; {lengths}{notes}.")
+
+
+def _length(raw: Any) -> str:
+    if not isinstance(raw, dict):
+        return "?"
+    if raw.get("dist") == "fixed":
+        return str(raw.get("value"))
+    if raw.get("dist") == "uniform":
+        return f"uniform {raw.get('min')}-{raw.get('max')}"
+    return f"{raw.get('dist')} mean {raw.get('mean'):g}"
 
 
 def _warnings(decision: Decision, runs: list[ReportRun], skipped: list[str]) -> list[str]:
@@ -150,6 +182,9 @@ def _warnings(decision: Decision, runs: list[ReportRun], skipped: list[str]) -> 
         lines += [f"{run.label} ({run.run_dir.name}): {note}" for note in run.notes]
         hardware = _hardware_warning(run, decision.pricing.gpu.gpu if decision.pricing.gpu else None)
         lines += [hardware] if hardware else []
+        if run.keep_text:
+            lines.append(f"{run.label} ({run.run_dir.name}): requests.jsonl holds the prompts and answers "
+                         "(measured with --keep-text); share it only where that text may go")
     lines += [f"skipped: {text}" for text in skipped]
     for result in decision.results:
         lines += list(result.warnings)
@@ -228,5 +263,6 @@ RECORDED = ("started_at", "finished_at", "tool", "engine", "endpoint", "hardware
 def _provenance(run: ReportRun) -> dict[str, Any]:
     recorded = {key: run.provenance.get(key) for key in RECORDED}
     return {"run_dir": str(run.run_dir), "run_id": run.provenance.get("run_id"), "status": run.status, **recorded,
+            "dataset": asdict(run.dataset) if run.dataset else None, "keep_text": run.keep_text,
             "levels_measured": [s.level for s in run.summaries], "missing": run.missing, "cut_short": run.cut_short,
             "notes": run.notes}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.types import CostCurve, Decision
-from loadgen.types import LevelSummary, RepeatedLevel, ServerView
+from loadgen.types import DatasetInfo, LevelSummary, RepeatedLevel, ServerView
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ReportRun:
     label: str  # the engine (and version), unique among the report's runs
     status: str
     summaries: tuple[LevelSummary, ...]
-    kind: str  # the load kind the cost model used: "concurrency" or "rate"
+    kind: str  # the load kind the cost model used: "concurrency", "rate" or "trace"
     missing: tuple[str, ...] = ()  # planned levels never measured
     cut_short: tuple[str, ...] = ()  # levels measured but not finished
     notes: tuple[str, ...] = ()
@@ -35,6 +35,8 @@ class ReportRun:
     provenance: dict[str, Any] = field(default_factory=dict)
     repeated: tuple[RepeatedLevel, ...] = ()  # levels measured more than once, with their intervals
     capacity: dict[str, Any] | None = None  # capacity.json of a capacity search: its answer and its trail
+    dataset: DatasetInfo | None = None  # the traffic replayed, when it came from a file
+    keep_text: bool = False  # requests.jsonl holds the prompts and answers (--keep-text)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ def _load_axis(ax: Any, engines: list[dict[str, Any]]) -> None:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     kind = engines[0]["kind"] if engines else "concurrency"
-    ax.set_xlabel("concurrent users" if kind == "concurrency" else "offered load (requests/s)")
+    ax.set_xlabel({"concurrency": "concurrent users", "rate": "offered load (requests/s)"}.get(
+        kind, "trace time scale (lower: faster)"))
     ax.grid(True, alpha=0.3)
 
 
