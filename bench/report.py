@@ -131,6 +131,12 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
         notes.append(f"cut short before its end: {', '.join(cut_short)} (figures from the requests that finished)")
     if len(kinds) > 1:
         notes.append(f"the cost model uses the {kind} levels only; the others are shown in the tables")
+    dataset = info.dataset_info
+    sent = sum(s.num_requests for s in summaries if s.kind != "trace")
+    if dataset is not None and sent > dataset.num_requests:
+        notes.append(f"the levels sent {sent:,} requests from a dataset of {dataset.num_requests:,}, each about "
+                     f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "
+                     "larger file, or shorter levels)")
     gpus = info.gpu_names
     return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
                      missing=missing, cut_short=cut_short, notes=tuple(notes),

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 import orjson
-from yarl import URL
 from aiohttp.client_proto import ResponseHandler
+from yarl import URL
 
 from loadgen.sse import SSEParser
 from loadgen.token_counts import assign_chunk_tokens

@@ -185,8 +185,9 @@ def _invalid_reasons(s: LevelSummary) -> list[str]:
     reasons = []
     if s.client is not None and s.client.loop_lag_p99_ms > MAX_LOOP_LAG_P99_MS:
         reasons.append(f"client event loop lagged {s.client.loop_lag_p99_ms:.1f} ms at p99")
-    if s.client is not None and s.client.client_cpu_fraction > MAX_CLIENT_CPU_FRACTION:
-        reasons.append(f"client used {s.client.client_cpu_fraction:.0%} of a core")
+    busy = s.client.client_cpu_fraction - s.client.waiting_fraction if s.client is not None else 0.0
+    if s.client is not None and busy > MAX_CLIENT_CPU_FRACTION:
+        reasons.append(f"client used {busy:.0%} of a core")
     if s.kind == "concurrency" and s.is_steady_window and s.mean_in_flight < MIN_HELD_CONCURRENCY_FRACTION * s.target:
         reasons.append(f"client held {s.mean_in_flight:.1f} of {s.target:g} requests in flight")
     return reasons

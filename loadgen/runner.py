@@ -30,7 +30,7 @@ from loadgen.types import ClientCheck, RequestRecord, RequestSpec
 WARMUP_MAX_TOKENS = 8
 LOOP_LAG_PERIOD_S = 0.01
 STARTS_PER_LOOP_PASS = 8
-TIMER_SLACK_S = 0.0015
+TIMER_SLACK_S = 0.0012
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,25 @@ class StartGate:
             self._arm_next_pass()
 
 
+class SpinTime:
+    """The wall time during which at least one request waited in passes of the event loop."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.since = 0.0
+        self.total_s = 0.0
+
+    def begin(self) -> None:
+        if self.active == 0:
+            self.since = time.perf_counter()
+        self.active += 1
+
+    def end(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.total_s += time.perf_counter() - self.since
+
+
 @dataclass
 class LevelContext:
     """What every request of a level needs: identity, clock, output, progress callback."""
@@ -114,6 +133,7 @@ class LevelContext:
     clock_origin: float = 0.0
     start_gate: StartGate = field(default_factory=StartGate)
     num_written: int = 0
+    waiting: SpinTime = field(default_factory=SpinTime)
 
     def clock(self) -> float:
         return time.perf_counter() - self.clock_origin
@@ -162,7 +182,7 @@ async def run_level(
     return LevelRun(
         level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at, wall_s=wall_s,
         num_records=ctx.num_written - num_warmup, num_warmup=num_warmup,
-        client=_client_check(lags, cpu_s, wall_s), measured_at_unix_s=measured_at,
+        client=_client_check(lags, cpu_s, wall_s, ctx.waiting.total_s), measured_at_unix_s=measured_at,
     )
 
 
@@ -270,9 +290,15 @@ async def _sleep(delay_s: float) -> None:
 async def _spin_until(ctx: LevelContext, due_s: float) -> None:
     """Wait for `due_s` on the level's clock in passes of the event loop (which go on reading streams). A timer
     fires up to a millisecond late (uvloop's count whole milliseconds), so only the last TIMER_SLACK_S is
-    waited this way."""
-    while ctx.clock() < due_s:
-        await asyncio.sleep(0)
+    waited this way; the time spent so is kept apart from the client's CPU check."""
+    if ctx.clock() >= due_s:
+        return
+    ctx.waiting.begin()
+    try:
+        while ctx.clock() < due_s:
+            await asyncio.sleep(0)
+    finally:
+        ctx.waiting.end()
 
 
 def _schedule(level: Level, specs: Iterator[RequestSpec]
@@ -340,11 +366,12 @@ async def _watch_loop_lag(lags: list[float]) -> None:
         lags.append(time.perf_counter() - start - LOOP_LAG_PERIOD_S)
 
 
-def _client_check(lags: list[float], cpu_s: float, wall_s: float) -> ClientCheck:
+def _client_check(lags: list[float], cpu_s: float, wall_s: float, waiting_s: float = 0.0) -> ClientCheck:
     lag_ms = np.array(lags or [0.0]) * 1000
     return ClientCheck(
         loop_lag_p50_ms=float(np.percentile(lag_ms, 50)),
         loop_lag_p99_ms=float(np.percentile(lag_ms, 99)),
         loop_lag_max_ms=float(lag_ms.max()),
         client_cpu_fraction=cpu_s / wall_s if wall_s > 0 else 0.0,
+        waiting_fraction=min(waiting_s, wall_s) / wall_s if wall_s > 0 else 0.0,
     )

@@ -113,6 +113,9 @@ class ClientCheck:
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
     client_cpu_fraction: float  # process CPU seconds / wall seconds (1.0 = one core busy)
+    # Open loop: the share of the wall time some request spent waiting out its last instant in passes of the
+    # event loop (busy, but not behind); the CPU check leaves it out.
+    waiting_fraction: float = 0.0
 
 
 class SLO(BaseModel):

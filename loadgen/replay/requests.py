@@ -132,7 +132,7 @@ def describe(replay: Replay, sent: int | None = None) -> DatasetInfo:
         output_tokens=Distribution.of(np.asarray(outputs)),
         lengths=("from the trace" if replay.dataset.is_trace else
                  "counted with the tokenizer" if replay.lengths_counted
-                 else f"estimated at {CHARS_PER_TOKEN} characters a token (no --tokenizer)"),
+                 else f"estimated at {CHARS_PER_TOKEN} characters a token, without --tokenizer"),
         turns=str(settings.turns) if settings.multi_turn else None,
         time_scale=settings.time_scale if replay.dataset.is_trace else None,
         span_s=replay.span_s if replay.dataset.is_trace else None, notes=replay.notes)

@@ -164,6 +164,7 @@ def test_a_dataset_sweep_keeps_no_text_unless_asked_and_the_report_states_the_da
     report = (run_dir / "report.md").read_text()
     assert "Workload: prompts.jsonl (jsonl, sha256 " in report and "8 requests from 8 of its 8 entries" in report
     assert "--keep-text" not in report
+    assert "the levels sent 16 requests from a dataset of 8, each about 2.0 times" in report
 
     result = bench(*sweep_args(scripted, tmp_path / "kept", "--dataset", str(dataset), "--concurrency", "1",
                                "--requests", "3", "--keep-text"), timeout=120)

@@ -110,6 +110,15 @@ def test_a_client_that_fell_behind_marks_the_level_invalid() -> None:
     assert any("core" in reason for reason in s.invalid_reasons)
 
 
+def test_time_spent_waiting_for_a_send_time_is_not_counted_as_a_busy_client() -> None:
+    waiting = ClientCheck(loop_lag_p50_ms=0.1, loop_lag_p99_ms=1, loop_lag_max_ms=2, client_cpu_fraction=0.99,
+                          waiting_fraction=0.4)
+    assert summarize(GOLDEN, client=waiting).is_valid
+    busy = ClientCheck(loop_lag_p50_ms=0.1, loop_lag_p99_ms=1, loop_lag_max_ms=2, client_cpu_fraction=0.99,
+                       waiting_fraction=0.02)
+    assert summarize(GOLDEN, client=busy).invalid_reasons == ["client used 97% of a core"]
+
+
 def test_summary_flattens_to_one_row_with_stat_columns() -> None:
     row = summarize(GOLDEN).flat()
     assert row["ttft_ms_p50"] == pytest.approx(250.0)
