@@ -77,7 +77,8 @@ def test_traces_in_time_order_with_seconds_from_their_own_clock(tmp_path) -> Non
 @pytest.mark.parametrize("name, text, expected", [
     ("empty.jsonl", "\n  \n", "the file is empty"),
     ("bad.jsonl", lines({"prompt": "ok"}) + "{not json\n", "bad.jsonl:2: not valid JSON"),
-    ("field.jsonl", lines({"prompt": "ok"}, {"prompt": ""}), "field.jsonl:2: field 'prompt' must be a non-empty string"),
+    ("field.jsonl", lines({"prompt": "ok"}, {"prompt": ""}),
+     "field.jsonl:2: field 'prompt' must be a non-empty string"),
     ("neither.jsonl", lines({"prompt": "ok"}, {"text": "x"}), "neither.jsonl:2: expected a field 'prompt'"),
     ("role.jsonl", lines({"messages": [{"role": "wizard", "content": "x"}]}),
      "role.jsonl:1: messages[0].role 'wizard' is not one of system, developer, user, assistant"),
@@ -95,7 +96,8 @@ def test_traces_in_time_order_with_seconds_from_their_own_clock(tmp_path) -> Non
      "field 'hash_ids' must be a list of whole numbers"),
     ("header.csv", "TIMESTAMP,Tokens\n1,2\n", "the header lacks column(s) ContextTokens, GeneratedTokens"),
     ("time.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n", "time.csv:2: TIMESTAMP 'yesterday'"),
-    ("what.jsonl", lines({"question": "x"}), "can't tell its format from the first line; name it with --dataset-format"),
+    ("what.jsonl", lines({"question": "x"}),
+     "can't tell its format from the first line; name it with --dataset-format"),
 ])
 def test_a_bad_file_is_refused_naming_the_line_and_the_field(tmp_path, name, text, expected) -> None:
     with pytest.raises(DatasetError) as error:
