@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from bench.flags import MeasureFlags
 from bench.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
+from loadgen.replay.formats import is_trace_file
 from loadgen.workload import parse_length_spec
 
 
@@ -67,7 +68,7 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
     if flags.keep_text:
         workload["keep_text"] = True
     if flags.dataset is not None and dataset is not None and levels.concurrency is None and levels.rate is None \
-            and _is_trace(Path(dataset["path"]), dataset.get("format")):
+            and is_trace_file(Path(dataset["path"]), dataset.get("format")):
         load["concurrency"], load["rates"] = [], []  # a trace is a level of its own: replayed once
     if flags.api is not None:
         workload["api"] = flags.api
@@ -127,12 +128,6 @@ def _parse_window(text: str) -> tuple[float, float]:
     if not 0 <= start < end:
         raise ValueError(f"--trace-window {text}: expected 0 <= START < END")
     return start, end
-
-
-def _is_trace(path: Path, format: str | None) -> bool:
-    from loadgen.replay.formats import is_trace_file
-
-    return is_trace_file(path, format)
 
 
 def _parse_shared_prefix(text: str) -> dict[str, int]:

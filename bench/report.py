@@ -16,6 +16,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bench import rundir
 from bench.capacity import read_capacity
 from bench.costinputs import latency_limits, measured_levels, repeated_level
@@ -27,6 +29,7 @@ from costmodel.prices import load_catalog
 from costmodel.types import Decision, EngineLevels, MeasuredLevel
 from loadgen.repeats import aggregate
 from loadgen.types import SLO, LevelSummary
+from loadgen.workload import Workload
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
 
@@ -117,7 +120,7 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     if not summaries:
         raise rundir.RunDirError(f"{run_dir}: no measured request yet (status: {info.status})")
     kinds = Counter(s.kind for s in summaries)
-    kind = next(k for k in ("concurrency", "rate", "trace") if kinds[k] or k == "trace")
+    kind = next((k for k in ("concurrency", "rate") if kinds[k]), "trace")
     measured = {s.level for s in summaries}
     finished = set(rundir.read_level_runs(run_dir))
     missing = tuple(label for label in info.levels if label not in measured)
@@ -143,8 +146,21 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
-                     capacity=read_capacity(run_dir), dataset=info.dataset_info,
+                     capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),
                      keep_text=bool(info.scenario.get("workload", {}).get("keep_text")))
+
+
+def _workload_text(info: rundir.RunInfo) -> str | None:
+    """A synthetic workload's lengths in words, for the report (a replayed one is stated by its dataset)."""
+    raw = info.scenario.get("workload")
+    if not raw or info.dataset:
+        return None
+    try:
+        workload = Workload.model_validate(raw)
+    except ValidationError:  # a run.json of another version: its workload stays in the provenance as written
+        return None
+    return (f"synthetic prompts, input {workload.input_tokens.describe()} tokens, output "
+            f"{workload.output_tokens.describe()} tokens")
 
 
 def _provenance(info: rundir.RunInfo) -> dict[str, Any]:

@@ -29,14 +29,17 @@ def read_api_key(api_key_env: str | None) -> str | None:
     return value
 
 
-def list_models(endpoint: Endpoint, timeout_s: float = 10.0) -> tuple[list[str], httpx.Headers]:
-    headers = {}
+def _get_models(endpoint: Endpoint, timeout_s: float = 10.0) -> httpx.Response:
+    """GET <base_url>/models with the endpoint's key; raises httpx.HTTPError."""
     key = read_api_key(endpoint.api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(endpoint.base_url.rstrip("/") + "/models", headers=headers, timeout=timeout_s)
+
+
+def list_models(endpoint: Endpoint, timeout_s: float = 10.0) -> tuple[list[str], httpx.Headers]:
     url = endpoint.base_url.rstrip("/") + "/models"
     try:
-        response = httpx.get(url, headers=headers, timeout=timeout_s)
+        response = _get_models(endpoint, timeout_s)
     except httpx.HTTPError as exc:
         raise EndpointError(f"cannot reach --base-url {endpoint.base_url}: {exc or type(exc).__name__}") from None
     if response.status_code in (401, 403):
@@ -56,16 +59,15 @@ CONTEXT_FIELDS = ("max_model_len", "context_length", "context_window")  # vLLM a
 def context_length(endpoint: Endpoint) -> int | None:
     """The model's context in tokens, as its /models entry states it (vLLM, SGLang, llama.cpp, ours and
     some providers do); None when it does not say or can't be read."""
-    headers = {"Authorization": f"Bearer {key}"} if (key := read_api_key(endpoint.api_key_env)) else {}
     try:
-        response = httpx.get(endpoint.base_url.rstrip("/") + "/models", headers=headers, timeout=10.0)
-        cards = response.json()["data"]
+        cards = _get_models(endpoint).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
     card = next((c for c in cards if isinstance(c, dict) and c.get("id") == endpoint.model), None)
     if card is None:
         return None
-    meta = card.get("meta") if isinstance(card.get("meta"), dict) else {}
+    meta = card.get("meta")
+    meta = meta if isinstance(meta, dict) else {}
     for value in (*(card.get(name) for name in CONTEXT_FIELDS), meta.get("n_ctx"), meta.get("n_ctx_train")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

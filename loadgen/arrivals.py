@@ -16,6 +16,8 @@ from typing import Literal
 import numpy as np
 
 LevelKind = Literal["concurrency", "rate", "trace"]
+LABEL_KINDS: dict[str, LevelKind] = {"c": "concurrency", "r": "rate", "t": "trace"}
+LABEL_PREFIXES = {kind: prefix for prefix, kind in LABEL_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ class Level:
 
     @property
     def base_label(self) -> str:
-        prefix = {"concurrency": "c", "rate": "r", "trace": "t"}[self.kind]
-        return f"c{int(self.value)}" if self.kind == "concurrency" else f"{prefix}{self.value:g}"
+        value = f"{int(self.value)}" if self.kind == "concurrency" else f"{self.value:g}"
+        return LABEL_PREFIXES[self.kind] + value
 
     @property
     def label(self) -> str:
@@ -59,9 +61,6 @@ class Level:
     @property
     def num_users(self) -> int:
         return int(self.value)
-
-
-LABEL_KINDS = {"c": "concurrency", "r": "rate", "t": "trace"}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import gc
 import itertools
 import time
@@ -262,14 +261,14 @@ async def _open_loop(
             await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
 
     try:
-        for count, (scheduled_s, take) in enumerate(_schedule(level, specs)):
+        for count, (scheduled_s, known) in enumerate(_schedule(level, specs)):
             if bounds.max_requests is not None and count >= bounds.max_requests:
                 break
             if bounds.duration_s is not None and scheduled_s > bounds.duration_s:
                 break
             # The task is started a little early and waits out the rest itself: at its time it sends at once.
             await _sleep(scheduled_s - ctx.clock() - TIMER_SLACK_S)
-            spec = take()
+            spec = known if known is not None else next(specs, None)
             if spec is None:
                 break
             task = asyncio.create_task(one(spec, scheduled_s))
@@ -301,21 +300,16 @@ async def _spin_until(ctx: LevelContext, due_s: float) -> None:
         ctx.waiting.end()
 
 
-def _schedule(level: Level, specs: Iterator[RequestSpec]
-              ) -> Iterator[tuple[float, Callable[[], RequestSpec | None]]]:
-    """(send time, how to take its request): a trace's own timestamps, scaled, until the trace ends; else the
-    seeded arrival process, each request taken from the stream only when it is sent (a level's end leaves the
-    stream where a resumed run expects it)."""
+def _schedule(level: Level, specs: Iterator[RequestSpec]) -> Iterator[tuple[float, RequestSpec | None]]:
+    """(send time, its request): a trace's own timestamps, scaled, until the trace ends; else the seeded arrival
+    process, with None for the request: it is taken from the stream only when it is sent (so a level's end
+    leaves the stream where a resumed run expects it)."""
     if level.kind == "trace":
         for spec in specs:
-            yield (spec.arrival_s or 0.0) * level.value, functools.partial(_same, spec)
+            yield (spec.arrival_s or 0.0) * level.value, spec
         return
     for offset in arrival_offsets(level.value, level.burstiness, seed=int(level.value * 1000) + 17):
-        yield offset, functools.partial(next, specs, None)
-
-
-def _same(spec: RequestSpec) -> RequestSpec:
-    return spec
+        yield offset, None
 
 
 @contextmanager

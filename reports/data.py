@@ -151,11 +151,7 @@ def _workload_line(run: ReportRun, name_run: bool) -> str | None:
     who = f" ({run.label})" if name_run else ""
     d = run.dataset
     if d is None:
-        workload = run.provenance.get("workload") or {}
-        if not workload:
-            return None
-        return (f"Workload{who}: synthetic prompts, input {_length(workload.get('input_tokens'))} tokens, output "
-                f"{_length(workload.get('output_tokens'))} tokens.")
+        return f"Workload{who}: {run.workload}." if run.workload else None
     lengths = (f"input tokens p50 {d.input_tokens.p50:,.0f} / p90 {d.input_tokens.p90:,.0f} / p99 "
                f"{d.input_tokens.p99:,.0f}, output p50 {d.output_tokens.p50:,.0f} / p90 {d.output_tokens.p90:,.0f} / "
                f"p99 {d.output_tokens.p99:,.0f} ({d.lengths})") if d.input_tokens.p50 is not None else ""
@@ -164,16 +160,6 @@ def _workload_line(run: ReportRun, name_run: bool) -> str | None:
     notes = "".join(f"; {note}" for note in d.notes)
     return (f"Workload{who}: {d.name} ({d.format}, sha256 {d.sha256[:12]}), {d.num_requests:,} requests from "
             f"{d.num_entries:,} of its {d.num_in_file:,} entries, {how}; {lengths}{notes}.")
-
-
-def _length(raw: Any) -> str:
-    if not isinstance(raw, dict):
-        return "?"
-    if raw.get("dist") == "fixed":
-        return str(raw.get("value"))
-    if raw.get("dist") == "uniform":
-        return f"uniform {raw.get('min')}-{raw.get('max')}"
-    return f"{raw.get('dist')} mean {raw.get('mean'):g}"
 
 
 def _warnings(decision: Decision, runs: list[ReportRun], skipped: list[str]) -> list[str]:

@@ -36,6 +36,7 @@ class ReportRun:
     repeated: tuple[RepeatedLevel, ...] = ()  # levels measured more than once, with their intervals
     capacity: dict[str, Any] | None = None  # capacity.json of a capacity search: its answer and its trail
     dataset: DatasetInfo | None = None  # the traffic replayed, when it came from a file
+    workload: str | None = None  # otherwise the synthetic workload's lengths, in words
     keep_text: bool = False  # requests.jsonl holds the prompts and answers (--keep-text)
 
 

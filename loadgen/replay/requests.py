@@ -93,34 +93,32 @@ def replay_requests(replay: Replay, api: Api, tokenizer: PromptTokenizer | None 
     multi_turn = replay.settings.multi_turn
     while True:
         for item in replay.items:
-            for turn, (num_in, num_out), spec in _specs(item, api, blocks):
+            sends = zip(_messages(item, blocks), item.lengths, strict=True)
+            for turn, ((prompt, system, history), (num_in, num_out)) in enumerate(sends, start=1):
                 yield RequestSpec(
-                    request_id=request_id, api=api, prompt=spec.prompt, max_tokens=num_out,
-                    system_prompt=spec.system_prompt, input_tokens_target=num_in, history=spec.history,
+                    request_id=request_id, api=api, prompt=prompt, max_tokens=num_out, system_prompt=system,
+                    input_tokens_target=num_in, history=history,
                     conversation_id=conversation_id if multi_turn else None, turn=turn if multi_turn else None,
-                    arrival_s=item.arrival_s, dataset_index=item.index, prompt_sha256=_sha256(spec.prompt))
+                    arrival_s=item.arrival_s, dataset_index=item.index, prompt_sha256=_sha256(prompt))
                 request_id += 1
             conversation_id += 1
         if not cycle:
             return
 
 
-def _specs(item: ReplayItem, api: Api, blocks: BlockPrompts | None
-           ) -> Iterator[tuple[int, tuple[int, int], RequestSpec]]:
+def _messages(item: ReplayItem, blocks: BlockPrompts | None
+              ) -> list[tuple[str, str | None, tuple[tuple[str, str], ...]]]:
+    """(prompt, system prompt, messages given before it) of each request the item sends."""
     if item.trace is not None:
         assert blocks is not None
-        num_in = item.lengths[0][0]
-        prompt = blocks.prompt(num_in, item.trace.hash_ids, item.index)
-        yield 1, item.lengths[0], RequestSpec(0, api, prompt, 0)
-        return
+        return [(blocks.prompt(item.lengths[0][0], item.trace.hash_ids, item.index), None, ())]
     conversation = item.conversation
     assert conversation is not None
-    for number, (turn, lengths) in enumerate(zip(conversation.turns, item.lengths, strict=False), start=1):
-        history = conversation.history if number == 1 else ()
-        yield number, lengths, RequestSpec(0, api, turn.user, 0, system_prompt=conversation.system, history=history)
+    return [(turn.user, conversation.system, conversation.history if number == 0 else ())
+            for number, turn in enumerate(conversation.turns[: len(item.lengths)])]
 
 
-def describe(replay: Replay, sent: int | None = None) -> DatasetInfo:
+def describe(replay: Replay) -> DatasetInfo:
     """What the report states about the dataset: which file, how many requests, their lengths."""
     inputs = [num_in for item in replay.items for num_in, _ in item.lengths]
     outputs = [num_out for item in replay.items for _, num_out in item.lengths]

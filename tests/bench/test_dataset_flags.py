@@ -82,3 +82,13 @@ def test_a_dataset_beside_synthetic_conversations_is_refused(tmp_path) -> None:
                                                           "multi_turn": {"turns": 2}}}))
     with pytest.raises(ScenarioError, match="a dataset brings its own prompts"):
         load_scenario(str(path))
+
+
+def test_the_report_states_a_synthetic_workload_by_its_lengths_and_a_replayed_one_by_its_dataset() -> None:
+    from bench.report import _workload_text
+    from bench.rundir import RunInfo
+
+    chat = load_scenario("chat").model_dump(mode="json")
+    assert _workload_text(RunInfo("r", scenario=chat)) == (
+        "synthetic prompts, input lognormal(mean 256, std 128) in [16, 1024] tokens, output 128 tokens")
+    assert _workload_text(RunInfo("r", scenario=chat, dataset={"name": "mine.jsonl"})) is None
