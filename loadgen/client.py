@@ -8,11 +8,12 @@ per network read (every event in a read arrived at the same moment), one JSON pa
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -25,6 +26,9 @@ from loadgen.types import RequestRecord, RequestSpec
 
 READ_BUFFER_BYTES = 4 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 2048
+THROTTLE_BACKOFF_S = (1.0, 2.0, 4.0, 8.0)  # when a 429 says nothing of when to come back
+RATE_LIMIT_ERROR_TYPES = {"rate_limit_exceeded", "rate_limit_error", "too_many_requests", "throttling_error"}
+OnThrottle = Literal["fail", "retry"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class ClientOptions:
     # Fields outside OpenAI's published API (vLLM, SGLang and llama.cpp take them; OpenAI refuses them).
     strict_openai: bool = False
     ignore_eos: bool = True
+    # A 429 is the provider's ceiling: end the request there, or wait as it asks and send it again.
+    on_throttle: OnThrottle = "fail"
 
 
 def open_session(max_connections: int, options: ClientOptions) -> aiohttp.ClientSession:
@@ -54,6 +60,8 @@ def open_session(max_connections: int, options: ClientOptions) -> aiohttp.Client
     sent_hook = aiohttp.TraceConfig()
     sent_hook.on_request_chunk_sent.append(_on_body_sent)
     sent_hook.on_connection_reuseconn.append(_on_connection_reused)
+    sent_hook.on_connection_create_start.append(_on_connection_create_start)
+    sent_hook.on_connection_create_end.append(_on_connection_create_end)
     return aiohttp.ClientSession(
         connector=connector,
         headers=headers,
@@ -83,12 +91,13 @@ class _StampingHandler(ResponseHandler):
 class _SendStamp:
     """Passed through aiohttp's trace context: the clock to read and the record to stamp."""
 
-    __slots__ = ("record", "clock", "reused_connection")
+    __slots__ = ("record", "clock", "reused_connection", "connect_start")
 
     def __init__(self, record: RequestRecord, clock: Callable[[], float]) -> None:
         self.record = record
         self.clock = clock
         self.reused_connection = False
+        self.connect_start = 0.0
 
 
 async def _on_body_sent(session: object, trace: Any, params: object) -> None:
@@ -100,6 +109,16 @@ async def _on_body_sent(session: object, trace: Any, params: object) -> None:
 
 async def _on_connection_reused(session: object, trace: Any, params: object) -> None:
     trace.trace_request_ctx.reused_connection = True
+
+
+async def _on_connection_create_start(session: object, trace: Any, params: object) -> None:
+    trace.trace_request_ctx.connect_start = time.perf_counter()
+
+
+async def _on_connection_create_end(session: object, trace: Any, params: object) -> None:
+    # A new connection: name resolution, TCP connect, and the TLS handshake for https.
+    stamp: _SendStamp = trace.trace_request_ctx
+    stamp.record.connect_ms = (time.perf_counter() - stamp.connect_start) * 1000
 
 
 def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
@@ -120,10 +139,12 @@ def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
 
 
 class StreamFailure(Exception):
-    def __init__(self, kind: str, message: str, http_status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str, http_status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
+        self.retry_after_s = retry_after_s
 
 
 async def send_request(
@@ -136,21 +157,58 @@ async def send_request(
 ) -> RequestRecord:
     """Send `spec`, stream the answer into `record` (times from `clock`; the answer's text too when
     `keep_text`), and return it. Never raises for a server's fault: every failure becomes `ok=False`
-    with an error kind."""
+    with an error kind. A throttled request is sent again (with `on_throttle="retry"`) after the wait the
+    server asks for, as long as the answer can still come within the request timeout of the first try."""
     path = "/chat/completions" if spec.api == "chat" else "/completions"
     body = build_body(spec, options)
     record.max_tokens = spec.max_tokens
-    stream = _StreamState(record, keep_text)
-    record.dispatch_s = record.send_s = clock()
     url = _url(options.base_url + path)
+    deadline_s = clock() + options.request_timeout_s
+    record.attempts = 0
+    while True:
+        _start_attempt(record, clock())
+        asked_wait_s = await _send_once(session, url, body, options, record, clock, keep_text,
+                                        deadline_s - record.dispatch_s)
+        if record.error_kind != "throttled":
+            break
+        record.throttled_attempts += 1
+        if record.first_send_s is None:
+            record.first_send_s = record.send_s
+        if options.on_throttle != "retry":
+            break
+        wait_s = asked_wait_s if asked_wait_s is not None else _backoff_s(record.throttled_attempts)
+        if clock() + wait_s >= deadline_s:
+            record.error_message = (f"{record.error_message}; waiting {wait_s:g} s more would pass the "
+                                    f"{options.request_timeout_s:g} s request timeout")[:500]
+            break
+        await asyncio.sleep(wait_s)
+    record.end_s = clock()
+    return record
+
+
+def _start_attempt(record: RequestRecord, now_s: float) -> None:
+    """A fresh try: nothing of a throttled one stays (a rate-limit event may come after some chunks)."""
+    record.dispatch_s = record.send_s = now_s
+    record.chunk_times_s, record.chunk_tokens = [], []
+    record.first_visible_s = record.http_status = record.error_kind = record.error_message = None
+    record.ok = False
+
+
+async def _send_once(
+    session: aiohttp.ClientSession, url: URL, body: bytes, options: ClientOptions, record: RequestRecord,
+    clock: Callable[[], float], keep_text: bool, timeout_s: float,
+) -> float | None:
+    """One try (a stale kept-alive connection is tried again at once); returns a 429's Retry-After."""
+    stream = _StreamState(record, keep_text)
     max_attempts = max_send_attempts(session)
     for attempt in range(1, max_attempts + 1):
-        record.attempts = attempt
+        record.attempts += 1
         stamp = _SendStamp(record, clock)
         try:
-            await _exchange(session, url, body, stamp, stream, clock)
+            await _exchange(session, url, body, stamp, stream, clock, timeout_s)
         except StreamFailure as failure:
             stream.fail(failure.kind, str(failure), failure.http_status)
+            return failure.retry_after_s
         except asyncio.TimeoutError:
             stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -160,17 +218,43 @@ async def send_request(
             stream.fail(kind, f"{type(exc).__name__}: {exc}")
         except aiohttp.ClientError as exc:
             stream.fail("connection_error", f"{type(exc).__name__}: {exc}")
-        break
-    record.end_s = clock()
-    return record
+        return None
+    return None
+
+
+def _backoff_s(num_throttled: int) -> float:
+    return THROTTLE_BACKOFF_S[min(num_throttled, len(THROTTLE_BACKOFF_S)) - 1]
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """The wait a 429 asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds or as an HTTP date."""
+    exact = headers.get("retry-after-ms")
+    try:
+        if exact is not None:
+            return max(0.0, float(exact) / 1000)
+    except ValueError:
+        pass
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 async def _exchange(
     session: aiohttp.ClientSession, url: URL, body: bytes, stamp: _SendStamp, stream: _StreamState,
-    clock: Callable[[], float],
+    clock: Callable[[], float], timeout_s: float,
 ) -> None:
     record = stamp.record
-    async with session.post(url, data=body, trace_request_ctx=stamp) as response:
+    timeout = aiohttp.ClientTimeout(total=max(timeout_s, 1e-3))
+    async with session.post(url, data=body, trace_request_ctx=stamp, timeout=timeout) as response:
         record.http_status = response.status
         if response.status != 200:
             raise await _http_failure(response)
@@ -206,9 +290,9 @@ async def _http_failure(response: aiohttp.ClientResponse) -> StreamFailure:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         pass
     if response.status == 429:
-        retry_after = response.headers.get("Retry-After")
-        suffix = f" (Retry-After: {retry_after})" if retry_after else ""
-        return StreamFailure("rate_limited", f"HTTP 429: {message}{suffix}", 429)
+        wait_s = retry_after_s(response.headers)
+        suffix = f" (retry after {wait_s:g} s)" if wait_s is not None else ""
+        return StreamFailure("throttled", f"HTTP 429: {message}{suffix}", 429, wait_s)
     return StreamFailure("http_error", f"HTTP {response.status}: {message}", response.status)
 
 
@@ -232,6 +316,15 @@ async def _read_stream(
             stream.on_event(event.event, event.data, arrived_s)
 
 
+def _is_rate_limit(error: Any) -> bool:
+    """A provider's rate-limit error sent as an event (after the 200 was already sent)."""
+    if not isinstance(error, dict):
+        return "rate limit" in str(error).lower()
+    code = error.get("code")
+    return (code in (429, "429", "rate_limit_exceeded") or error.get("type") in RATE_LIMIT_ERROR_TYPES
+            or "rate limit" in str(error.get("message", "")).lower())
+
+
 class _StreamState:
     """Accumulates one stream's chunks into its record."""
 
@@ -241,9 +334,11 @@ class _StreamState:
         self.done = False
         self.saw_finish_reason = False
         self.chunk_chars: list[int] = []
+        self.reasoning_chunks: list[int] = []  # indices of the chunks that carried reasoning, not content
         self.usage_deltas: list[int] = []
         self.last_usage_tokens = 0
         self.has_continuous_usage = True
+        self.server_reasoning_tokens: int | None = None
 
     def on_event(self, event_name: str | None, data: bytes, arrived_s: float) -> None:
         if data == b"[DONE]":
@@ -256,17 +351,23 @@ class _StreamState:
         if event_name == "error" or "error" in payload:
             error = payload.get("error", payload)
             message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
-            raise StreamFailure("stream_error", f"error event in stream: {message}")
+            kind = "throttled" if _is_rate_limit(error) else "stream_error"
+            raise StreamFailure(kind, f"error event in stream: {message}")
         self._on_chunk(payload, arrived_s)
 
     def _on_chunk(self, payload: dict[str, Any], arrived_s: float) -> None:
         choices = payload.get("choices")
         usage = payload.get("usage")
         text = ""
+        is_reasoning = False
         if choices:
             choice = choices[0]
             delta = choice.get("delta")
-            text = (delta.get("content") or delta.get("reasoning_content") or "") if delta else ""
+            if delta:
+                text = delta.get("content") or ""
+                if not text:
+                    text = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    is_reasoning = bool(text)
             text = text or choice.get("text") or ""
             if choice.get("finish_reason"):
                 self.saw_finish_reason = True
@@ -276,6 +377,10 @@ class _StreamState:
         elif text:
             self.has_continuous_usage = False
         if text:
+            if is_reasoning:
+                self.reasoning_chunks.append(len(self.chunk_chars))
+            elif self.record.first_visible_s is None:
+                self.record.first_visible_s = arrived_s
             self.record.chunk_times_s.append(arrived_s)
             self.chunk_chars.append(len(text))
             if self.text_parts is not None:
@@ -291,6 +396,9 @@ class _StreamState:
         details = usage.get("prompt_tokens_details") or {}
         if details.get("cached_tokens") is not None:
             record.cached_tokens = details["cached_tokens"]
+        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        if reasoning is not None:
+            self.server_reasoning_tokens = reasoning
 
     def _take_usage_delta(self) -> int:
         current = self.record.server_output_tokens or 0
@@ -310,9 +418,18 @@ class _StreamState:
             record.server_output_tokens,
         )
         record.output_tokens = sum(record.chunk_tokens)
+        record.reasoning_tokens = self._reasoning_tokens()
         if self.text_parts is not None:
             record.output_text = "".join(self.text_parts)
         record.ok = True
+
+    def _reasoning_tokens(self) -> int | None:
+        """As the server billed them when it says; else the tokens of the reasoning chunks; None: no reasoning."""
+        if self.server_reasoning_tokens is not None:
+            return self.server_reasoning_tokens
+        if not self.reasoning_chunks:
+            return None
+        return sum(self.record.chunk_tokens[i] for i in self.reasoning_chunks)
 
     def fail(self, kind: str, message: str, http_status: int | None = None) -> None:
         record = self.record

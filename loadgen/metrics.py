@@ -1,6 +1,7 @@
 """Records -> `LevelSummary`: the one place where every metric is defined.
 
-- ttft_ms: send -> first chunk carrying generated content.
+- ttft_ms: send -> first chunk carrying generated content (a reasoning model's reasoning counts: it is
+  generated, and billed as output). ttfvt_ms: send -> first chunk of visible content.
 - itl_ms: the gap before each generated token after the first, pooled over requests; a chunk carrying
   k tokens spreads its gap over those k tokens (extra tokens in the first chunk add no gap), so per
   request sum(itl) == e2e - ttft. icl_ms keeps the raw gaps between chunks.
@@ -13,7 +14,12 @@
   the first user stops; open loop and traces: from the first to the last scheduled arrival): output tokens that
   arrived in the window, requests that ended in it. Whole-run figures stand beside it.
 - Goodput: ok requests per second in the window that meet every SLO; attainment: the share of all
-  measured requests that do (a failure never meets an SLO).
+  measured requests that do (a failure never meets an SLO). A request retried after being throttled is
+  judged from its first try: the wait is the user's.
+- Throttling (429s, rate-limit error events) is counted apart from failures of the server: the share of
+  requests throttled at least once, and the waits of those retried.
+- Usage: the tokens the server reported (prompt, cached prompt, completion, reasoning) beside those the
+  client asked for and counted, summed over ok requests: what a provider would bill.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from loadgen.arrivals import parse_label
-from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord
+from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord, UsageTotals
 
 MAX_LOOP_LAG_P99_MS = 20.0
 MAX_CLIENT_CPU_FRACTION = 0.95
@@ -75,21 +81,44 @@ def summarize(
             1 for r in ok if r.server_output_tokens is not None and r.server_output_tokens != len(r.chunk_times_s)
         ),
         num_short_outputs=sum(1 for r in ok if r.max_tokens is not None and r.output_tokens < r.max_tokens),
-        num_resent=sum(1 for r in measured if r.attempts > 1),
+        num_resent=sum(1 for r in measured if r.attempts > 1 + r.num_throttle_retries),
+        num_throttled=sum(1 for r in measured if r.throttled_attempts),
+        throttle_rate=sum(1 for r in measured if r.throttled_attempts) / len(measured),
+        num_throttled_attempts=sum(r.throttled_attempts for r in measured),
+        retry_wait_ms=Distribution.of([r.retry_wait_s * 1000 for r in ok if r.first_send_s is not None]),
+        connect_ms=Distribution.of([r.connect_ms for r in measured if r.connect_ms is not None]),
+        usage=usage_totals(ok),
         client=client,
     )
     reasons = _invalid_reasons(summary)
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons)
 
 
+def usage_totals(ok: list[RequestRecord]) -> UsageTotals:
+    reported = [r for r in ok if r.prompt_tokens is not None or r.server_output_tokens is not None]
+    reasoning = [r.reasoning_tokens for r in ok if r.reasoning_tokens is not None]
+    return UsageTotals(
+        num_requests=len(ok), num_with_usage=len(reported),
+        asked_output_tokens=sum(r.max_tokens or 0 for r in ok),
+        counted_output_tokens=sum(r.output_tokens for r in ok),
+        prompt_tokens=sum(r.prompt_tokens or 0 for r in reported),
+        cached_prompt_tokens=sum(r.cached_tokens or 0 for r in reported),
+        completion_tokens=sum(r.server_output_tokens or 0 for r in reported),
+        reasoning_tokens=sum(reasoning) if reasoning else None,
+        num_with_cached_count=sum(1 for r in reported if r.cached_tokens is not None),
+    )
+
+
 def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
-    ttft, e2e, tpot, itl, icl = [], [], [], [], []
+    ttft, e2e, tpot, itl, icl, ttfvt = [], [], [], [], [], []
     scheduled_ttft, scheduled_e2e, lag, send_delay = [], [], [], []
     for r in ok:
         if r.dispatch_s is not None:
             send_delay.append(r.send_s - r.dispatch_s)
         times = np.asarray(r.chunk_times_s)
         ttft.append(times[0])
+        if r.first_visible_s is not None:
+            ttfvt.append(r.first_visible_s)
         e2e.append(times[-1])
         if r.output_tokens > 1:
             tpot.append((times[-1] - times[0]) / (r.output_tokens - 1))
@@ -105,6 +134,7 @@ def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
     ms = 1000.0
     return {
         "ttft_ms": Distribution.of(np.asarray(ttft) * ms),
+        "ttfvt_ms": Distribution.of(np.asarray(ttfvt) * ms),
         "itl_ms": Distribution.of(np.concatenate(itl) * ms if itl else []),
         "icl_ms": Distribution.of(np.concatenate(icl) * ms if icl else []),
         "tpot_ms": Distribution.of(np.asarray(tpot) * ms),
@@ -129,10 +159,14 @@ def _mean_or_none(values: list[int]) -> float | None:
 def _meets_slo(r: RequestRecord, slo: SLO | None) -> bool:
     if slo is None:
         return True
+    wait = r.retry_wait_s * 1000
     ttft, e2e = r.chunk_times_s[0] * 1000, r.chunk_times_s[-1] * 1000
-    if slo.ttft_ms is not None and ttft > slo.ttft_ms:
+    if slo.ttft_ms is not None and wait + ttft > slo.ttft_ms:
         return False
-    if slo.e2e_ms is not None and e2e > slo.e2e_ms:
+    visible = r.first_visible_s * 1000 if r.first_visible_s is not None else math.inf
+    if slo.ttfvt_ms is not None and wait + visible > slo.ttfvt_ms:
+        return False
+    if slo.e2e_ms is not None and wait + e2e > slo.e2e_ms:
         return False
     if slo.tpot_ms is not None and r.output_tokens > 1:
         return (e2e - ttft) / (r.output_tokens - 1) <= slo.tpot_ms

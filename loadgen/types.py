@@ -80,7 +80,12 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     http_status: int | None = None
-    attempts: int = 1  # > 1 when kept-alive connections turned out closed and the request was sent again
+    attempts: int = 1  # sends: more than one after a closed kept-alive connection, or a throttled try retried
+    throttled_attempts: int = 0  # tries answered 429 (or a rate-limit error event)
+    first_send_s: float | None = None  # a throttled request: when its first try was sent
+    first_visible_s: float | None = None  # the first chunk of visible content, relative to `send_s`
+    reasoning_tokens: int | None = None  # as the server's usage reported them, else counted; None: no reasoning
+    connect_ms: float | None = None  # a new connection's set-up (DNS, TCP, TLS); None on a kept-alive one
     dataset_index: int | None = None
     prompt_sha256: str | None = None
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
@@ -90,6 +95,20 @@ class RequestRecord:
     @property
     def ttft_s(self) -> float | None:
         return self.chunk_times_s[0] if self.chunk_times_s else None
+
+    @property
+    def ttfvt_s(self) -> float | None:
+        """Send -> first visible content: after a reasoning model's reasoning, the first word a user sees."""
+        return self.first_visible_s
+
+    @property
+    def retry_wait_s(self) -> float:
+        """How long throttling kept the request from being answered: first try -> the try that was answered."""
+        return self.send_s - self.first_send_s if self.first_send_s is not None else 0.0
+
+    @property
+    def num_throttle_retries(self) -> int:
+        return self.throttled_attempts - (1 if self.error_kind == "throttled" else 0)
 
     @property
     def e2e_s(self) -> float | None:
@@ -124,6 +143,7 @@ class SLO(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_ms: float | None = Field(default=None, gt=0)
+    ttfvt_ms: float | None = Field(default=None, gt=0)  # to the first visible word (after any reasoning)
     tpot_ms: float | None = Field(default=None, gt=0)
     e2e_ms: float | None = Field(default=None, gt=0)
 
@@ -143,6 +163,34 @@ class Distribution:
             return cls()
         p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
         return cls(float(array.mean()), float(p50), float(p90), float(p95), float(p99))
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    """A level's tokens as asked, as counted by the client and as the server reported them (the bill)."""
+
+    num_requests: int = 0
+    num_with_usage: int = 0  # requests whose answer carried a usage object
+    asked_output_tokens: int = 0  # the max_tokens sent
+    counted_output_tokens: int = 0  # the tokens that arrived, as the client counted them
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0  # reasoning included, as providers bill it
+    reasoning_tokens: int | None = None  # None: no request reported or streamed reasoning
+    num_with_cached_count: int = 0  # requests whose usage said how many prompt tokens were cached
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Cached prompt tokens over prompt tokens; None when the server never said."""
+        if not self.num_with_cached_count or not self.prompt_tokens:
+            return None
+        return self.cached_prompt_tokens / self.prompt_tokens
+
+    @property
+    def reasoning_share(self) -> float | None:
+        if self.reasoning_tokens is None or not self.completion_tokens:
+            return None
+        return self.reasoning_tokens / self.completion_tokens
 
 
 @dataclass(frozen=True)
@@ -185,6 +233,13 @@ class LevelSummary:
     num_usage_mismatch: int = 0
     num_short_outputs: int = 0
     num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
+    ttfvt_ms: Distribution = field(default_factory=Distribution)
+    num_throttled: int = 0  # requests answered 429 (or a rate-limit event) at least once
+    throttle_rate: float = 0.0  # num_throttled / num_requests
+    num_throttled_attempts: int = 0
+    retry_wait_ms: Distribution = field(default_factory=Distribution)  # throttled, then answered: the wait
+    connect_ms: Distribution = field(default_factory=Distribution)  # new connections' set-up
+    usage: UsageTotals = field(default_factory=UsageTotals)
     client: ClientCheck | None = None
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
@@ -196,9 +251,9 @@ class LevelSummary:
         row: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (Distribution, ClientCheck)):
+            if isinstance(value, (Distribution, ClientCheck, UsageTotals)):
                 for g in fields(value):
-                    key = f"{f.name}_{g.name}" if isinstance(value, Distribution) else g.name
+                    key = g.name if isinstance(value, ClientCheck) else f"{f.name}_{g.name}"
                     row[key] = getattr(value, g.name)
             elif isinstance(value, dict):
                 row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))

@@ -9,6 +9,11 @@ request: what a client sees when a server closes idle connections); `fault_every
 every n-th request only. `PUT /_script` changes the script of a running server; `GET /_sent` says when
 the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that.
 
+A provider can be played too: `reasoning_tokens` streams that many tokens first as `delta.reasoning_content`
+(and reports them in `usage.completion_tokens_details`), `rate_limit_per_s` answers 429 with Retry-After
+past a token bucket of that many requests a second (`rate_limit_burst` deep), and `prefix_cache_block_words`
+reports as `cached_tokens` the prompt's leading blocks of words already seen in an earlier prompt.
+
 Load can be scripted too, so a capacity under an SLO is known in closed form: `itl_per_stream_ms` adds
 that much to every gap for each other stream in flight (gap = itl_ms + itl_per_stream_ms * (streams - 1),
 taken when the gap starts), and `max_streams` caps the streams in flight: past it a request waits, in
@@ -32,6 +37,7 @@ import functools
 import gc
 import heapq
 import itertools
+import math
 import select
 import selectors
 import signal
@@ -60,6 +66,10 @@ class Script:
     model: str = "scripted"
     itl_per_stream_ms: float = 0.0
     max_streams: int = 0  # 0: no cap
+    reasoning_tokens: int = 0  # the first tokens of every chat answer, streamed as reasoning
+    rate_limit_per_s: float = 0.0  # 0: no limit
+    rate_limit_burst: float = 1.0
+    prefix_cache_block_words: int = 0  # 0: no prefix cache
 
     @property
     def is_loaded(self) -> bool:
@@ -131,6 +141,8 @@ class ScriptState:
         self.ticker = Ticker()
         self.streams_in_flight = 0
         self.waiting: collections.deque[tuple[ScriptedProtocol, StreamPlan]] = collections.deque()
+        self.bucket = TokenBucket(script.rate_limit_per_s, script.rate_limit_burst)
+        self.cached_blocks: set[int] = set()
 
     def admit(self, protocol: ScriptedProtocol, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""
@@ -163,6 +175,46 @@ class ScriptState:
             raise ValueError(f"unknown script field(s): {', '.join(sorted(unknown))}")
         self.script = replace(self.script, **changes)
         self.counter = itertools.count(1)
+        self.bucket = TokenBucket(self.script.rate_limit_per_s, self.script.rate_limit_burst)
+        self.cached_blocks = set()
+
+    def cached_words(self, body: dict[str, Any]) -> int:
+        """Words of this prompt's leading blocks that an earlier prompt already had (each block's hash
+        chained to the one before it, as a paged prefix cache keys its blocks); the blocks are kept."""
+        size = self.script.prefix_cache_block_words
+        if not size:
+            return 0
+        words = _prompt_words(body)
+        cached, parent, is_hit = 0, 0, True
+        for start in range(0, len(words) - size + 1, size):
+            parent = hash((parent, *words[start : start + size]))
+            if is_hit and parent in self.cached_blocks:
+                cached += size
+            else:
+                is_hit = False
+                self.cached_blocks.add(parent)
+        return cached
+
+
+class TokenBucket:
+    """`rate` requests a second on average, `burst` at once; `take` says how long until one is free (0: taken)."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self.tokens = self.burst
+        self.last = time.perf_counter()
+
+    def take(self) -> float:
+        if self.rate <= 0:
+            return 0.0
+        now = time.perf_counter()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
 
 
 # Linux's values (Python's socket module does not name them); elsewhere arrivals are stamped on reading.
@@ -322,6 +374,11 @@ class ScriptedProtocol:
             self.respond_error(500, "scripted internal error")
         elif fault == "http_429":
             self.respond_error(429, "scripted rate limit", extra_headers="Retry-After: 2\r\n")
+        elif (wait_s := self.state.bucket.take()) > 0:
+            # Retry-After in whole seconds (HTTP's unit) and exact milliseconds, as OpenAI's API sends both.
+            headers = f"Retry-After: {max(1, math.ceil(wait_s))}\r\nretry-after-ms: {wait_s * 1000:.0f}\r\n"
+            self.respond_error(429, f"rate limit of {script.rate_limit_per_s:g} requests/s reached", headers,
+                               error_type="rate_limit_exceeded")
         elif fault == "drop" or (fault == "drop_reused" and self.num_served > 0):
             assert self.transport is not None
             self.transport.close()
@@ -339,7 +396,9 @@ class ScriptedProtocol:
         loop = asyncio.get_running_loop()
         offset_s = loop.time() - time.perf_counter()  # the loop's clock may differ from perf_counter
         plan = StreamPlan(body, script, is_chat, fault, arrived + offset_s)
-        if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded:
+        plan.cached_tokens = self.state.cached_words(body)
+        if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded \
+                and not plan.cached_tokens:
             self.transport.write(_instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
             return
         self.active = plan
@@ -382,8 +441,8 @@ class ScriptedProtocol:
     def respond_json(self, status: int, payload: Any) -> None:
         self.respond(status, orjson.dumps(payload), "application/json")
 
-    def respond_error(self, status: int, message: str, extra_headers: str = "") -> None:
-        payload = {"error": {"message": message, "type": "scripted", "code": status}}
+    def respond_error(self, status: int, message: str, extra_headers: str = "", error_type: str = "scripted") -> None:
+        payload = {"error": {"message": message, "type": error_type, "code": status}}
         self.respond(status, orjson.dumps(payload), "application/json", extra_headers)
 
 
@@ -402,7 +461,9 @@ class StreamPlan:
         self.num_tokens = int(body.get("max_tokens") or 16)
         self.num_chunks = -(-self.num_tokens // script.tokens_per_chunk)
         self.continuous_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
-        self.prompt_tokens = _count_words(body)
+        self.prompt_tokens = len(_prompt_words(body))
+        self.reasoning_tokens = min(script.reasoning_tokens, self.num_tokens) if is_chat else 0
+        self.cached_tokens = 0
         self.last_sent = 0.0
 
     def note_sent(self, index: int, now: float, sent: SentTiming) -> None:
@@ -439,10 +500,12 @@ class StreamPlan:
     def event(self, index: int) -> bytes:
         sent = self.tokens_sent_after(index)
         count = sent - index * self.script.tokens_per_chunk
-        return _token_event(count, self.is_chat, self.prompt_tokens if self.continuous_usage else None, sent)
+        is_reasoning = sent <= self.reasoning_tokens  # a chunk is reasoning when all its tokens are
+        usage_prompt = self.prompt_tokens if self.continuous_usage else None
+        return _token_event(count, self.is_chat, usage_prompt, sent, is_reasoning)
 
     def tail(self) -> bytes:
-        usage = _usage(self.prompt_tokens, self.num_tokens)
+        usage = _usage(self.prompt_tokens, self.num_tokens, self.reasoning_tokens, self.cached_tokens)
         last = _event("", self.is_chat, finish_reason="length")
         usage_only = b"data: " + orjson.dumps({"id": "scripted", "choices": [], "usage": usage}) + b"\n\n"
         return last + usage_only + b"data: [DONE]\n\n"
@@ -453,21 +516,23 @@ def _instant_answer(num_tokens: int, prompt_tokens: int, is_chat: bool, script: 
     """The whole answer in one write (cached), so the server costs next to nothing per request."""
     plan = StreamPlan({"max_tokens": num_tokens}, script, is_chat, "none")
     plan.prompt_tokens = prompt_tokens
+    plan.reasoning_tokens = min(script.reasoning_tokens, num_tokens) if is_chat else 0
     payload = b"".join(plan.event(i) for i in range(plan.num_chunks)) + plan.tail()
     return b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _token_event(count: int, is_chat: bool, prompt_tokens: int | None, sent: int) -> bytes:
+def _token_event(count: int, is_chat: bool, prompt_tokens: int | None, sent: int, is_reasoning: bool = False) -> bytes:
     """One chunk of `count` tokens (cached: the server's cost per chunk must stay tiny)."""
     usage = _usage(prompt_tokens, sent) if prompt_tokens is not None else None
-    return _event(" x" * count, is_chat, usage=usage)
+    return _event(" x" * count, is_chat, usage=usage, is_reasoning=is_reasoning)
 
 
-def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: dict | None = None) -> bytes:
+def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: dict | None = None,
+           is_reasoning: bool = False) -> bytes:
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
     if is_chat:
-        choice["delta"] = {"content": text} if text else {}
+        choice["delta"] = {"reasoning_content" if is_reasoning else "content": text} if text else {}
     else:
         choice["text"] = text
     payload: dict[str, Any] = {"id": "scripted", "object": "chunk", "model": "scripted", "choices": [choice]}
@@ -476,15 +541,21 @@ def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: di
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0,
+           cached_tokens: int = 0) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    if cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage
 
 
-def _count_words(body: dict[str, Any]) -> int:
+def _prompt_words(body: dict[str, Any]) -> list[str]:
     if "messages" in body:
-        return sum(len(str(m.get("content", "")).split()) for m in body["messages"])
-    return len(str(body.get("prompt", "")).split())
+        return [word for m in body["messages"] for word in str(m.get("content", "")).split()]
+    return str(body.get("prompt", "")).split()
 
 
 def _content_length(head: str) -> int:
@@ -559,9 +630,14 @@ def main() -> None:
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--itl-per-stream-ms", type=float, default=0.0, help="added to each gap per other stream")
     parser.add_argument("--max-streams", type=int, default=0, help="streams in flight at most (0: no cap)")
+    parser.add_argument("--reasoning-tokens", type=int, default=0, help="tokens streamed first as reasoning")
+    parser.add_argument("--rate-limit-per-s", type=float, default=0.0, help="429 past this many requests/s (0: none)")
+    parser.add_argument("--prefix-cache-block-words", type=int, default=0, help="report cached tokens (0: none)")
     args = parser.parse_args()
     script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model,
-                    itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams)
+                    itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams,
+                    reasoning_tokens=args.reasoning_tokens, rate_limit_per_s=args.rate_limit_per_s,
+                    prefix_cache_block_words=args.prefix_cache_block_words)
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))

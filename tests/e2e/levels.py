@@ -23,6 +23,7 @@ def run_one_level(
                                     output_tokens=parse_length_spec(str(output_tokens)))
     options = replace(ClientOptions(base_url, "scripted"), **option_changes)  # type: ignore[arg-type]
     path = tmp_path / f"{level.label}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     with JsonlWriter(path) as writer:
         ctx = LevelContext("test", "scripted", level, options, writer)
         warmup = iter_requests(workload.model_copy(update={"seed": 99}))

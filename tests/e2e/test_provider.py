@@ -1,0 +1,124 @@
+"""A provider as it bills: reasoning streamed before the answer, a rate limit that answers 429, cached
+prompt tokens. The scripted server plays each; the figures must match what it was told to do."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loadgen.arrivals import Level
+from loadgen.runner import LevelBounds
+from loadgen.types import SLO
+from loadgen.workload import SharedPrefix, Workload, parse_length_spec
+from tests.e2e.levels import run_one_level
+from tests.servers import ScriptedServer
+
+REASONING_TOKENS = 32
+
+
+@pytest.mark.parametrize("users", [1, 8, 50])
+def test_ttft_counts_reasoning_and_ttfvt_waits_for_the_first_visible_token(scripted: ScriptedServer, tmp_path,
+                                                                          users: int) -> None:
+    """TTFT 100 ms, 20 ms a token, 32 reasoning tokens first: the first visible token comes at
+    100 + 32 x 20 = 740 ms, and all 64 tokens are output (reasoning bills as output)."""
+    scripted.set_script(ttft_ms=100, itl_ms=20, reasoning_tokens=REASONING_TOKENS)
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", users),
+                                  LevelBounds(max_requests=users, num_warmup=0), output_tokens=64)
+    assert s.num_ok == users
+    assert s.ttft_ms.p50 == pytest.approx(100, abs=2)
+    assert s.ttfvt_ms.p50 == pytest.approx(740, abs=2)
+    assert s.mean_output_tokens == 64
+    assert {r.reasoning_tokens for r in records} == {REASONING_TOKENS}
+    assert s.usage.reasoning_tokens == REASONING_TOKENS * users
+    assert s.usage.reasoning_share == pytest.approx(0.5)
+    assert s.itl_ms.p50 == pytest.approx(20, abs=1)  # reasoning tokens are generated tokens: in the ITL
+
+
+def test_reasoning_is_counted_from_the_chunks_when_usage_does_not_say(scripted: ScriptedServer, tmp_path) -> None:
+    scripted.set_script(ttft_ms=5, itl_ms=1, reasoning_tokens=10)
+    _, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                  LevelBounds(max_requests=1, num_warmup=0), output_tokens=16,
+                                  strict_openai=True)  # the usage then comes only at the end
+    assert records[0].reasoning_tokens == 10 and records[0].output_tokens == 16
+
+
+def test_an_slo_on_ttfvt_judges_the_first_visible_token(scripted: ScriptedServer, tmp_path) -> None:
+    scripted.set_script(ttft_ms=20, itl_ms=5, reasoning_tokens=20)  # visible at 20 + 100 = 120 ms
+    strict, _, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2),
+                                 LevelBounds(max_requests=4, num_warmup=0), output_tokens=24,
+                                 slo=SLO(ttft_ms=60, ttfvt_ms=100))
+    loose, _, _ = run_one_level(scripted.base_url, tmp_path / "loose", Level("concurrency", 2),
+                                LevelBounds(max_requests=4, num_warmup=0), output_tokens=24,
+                                slo=SLO(ttft_ms=60, ttfvt_ms=200))
+    assert strict.slo_attainment == 0 and loose.slo_attainment == 1
+
+
+def test_a_rate_limit_is_throttling_not_server_errors_and_the_accepted_rate_is_the_limit(
+    scripted: ScriptedServer, tmp_path
+) -> None:
+    """A bucket of 10 requests/s: at half of it nothing is throttled; at twice it about half is, and what
+    the server accepts is about 10 requests/s."""
+    scripted.set_script(ttft_ms=5, itl_ms=1, rate_limit_per_s=10, rate_limit_burst=2)
+    below, _, _ = run_one_level(scripted.base_url, tmp_path / "r5", Level("rate", 5, burstiness=50),
+                                LevelBounds(duration_s=3, num_warmup=0), output_tokens=4)
+    above, records, _ = run_one_level(scripted.base_url, tmp_path / "r20", Level("rate", 20, burstiness=50),
+                                      LevelBounds(duration_s=3, num_warmup=0), output_tokens=4)
+    assert below.num_throttled == 0 and below.failures_by_kind == {}
+    assert set(above.failures_by_kind) == {"throttled"}
+    assert above.throttle_rate == pytest.approx(0.5, abs=0.12)
+    accepted_per_s = above.num_ok / (max(r.send_s for r in records) - min(r.send_s for r in records))
+    assert accepted_per_s == pytest.approx(10, rel=0.2)
+    assert all(r.http_status == 429 for r in records if not r.ok)
+
+
+def test_retry_waits_as_retry_after_asks_and_the_wait_counts_against_the_slo(scripted: ScriptedServer,
+                                                                             tmp_path) -> None:
+    """Every second request is answered 429 with Retry-After: 2; retried, it succeeds 2 s later, its
+    attempts recorded and its TTFT judged from the first try."""
+    scripted.set_script(ttft_ms=10, itl_ms=2, fault="http_429", fault_every=2)
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                  LevelBounds(max_requests=2, num_warmup=0), output_tokens=4,
+                                  on_throttle="retry", slo=SLO(ttft_ms=1000))
+    first, second = sorted(records, key=lambda r: r.request_id)
+    assert first.ok and first.throttled_attempts == 0 and first.attempts == 1
+    assert second.ok and second.throttled_attempts == 1 and second.attempts == 2
+    assert 2.0 <= second.retry_wait_s < 2.2
+    assert s.num_throttled == 1 and s.throttle_rate == 0.5 and s.num_failed == 0
+    assert s.retry_wait_ms.p50 == pytest.approx(2000, abs=200)
+    assert s.slo_attainment == 0.5  # 2 s of waiting breaks a 1 s TTFT target
+
+
+def test_retry_never_waits_past_the_request_timeout(scripted: ScriptedServer, tmp_path) -> None:
+    scripted.set_script(fault="http_429")  # Retry-After: 2, always
+    started = time.perf_counter()
+    _, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                  LevelBounds(max_requests=1, num_warmup=0), on_throttle="retry",
+                                  request_timeout_s=1.0)
+    assert time.perf_counter() - started < 1.0
+    assert records[0].error_kind == "throttled" and records[0].attempts == 1
+    assert "request timeout" in (records[0].error_message or "")
+
+
+def test_cached_prompt_tokens_are_summed_as_the_bill_needs_them(scripted: ScriptedServer, tmp_path) -> None:
+    """One shared system prompt of 64 words before each question: after the first request, its four
+    16-word blocks are served from the server's prefix cache."""
+    scripted.set_script(ttft_ms=5, itl_ms=1, prefix_cache_block_words=16)
+    workload = Workload(input_tokens=parse_length_spec("80"), output_tokens=parse_length_spec("4"),
+                        shared_prefix=SharedPrefix(groups=1, tokens=64))
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                  LevelBounds(max_requests=5, num_warmup=0), workload=workload)
+    cached = [r.cached_tokens or 0 for r in sorted(records, key=lambda r: r.request_id)]
+    assert cached[0] == 0 and all(c >= 48 for c in cached[1:])
+    assert s.usage.cached_prompt_tokens == sum(cached)
+    assert s.usage.cache_hit_rate == pytest.approx(sum(cached) / s.usage.prompt_tokens)
+
+
+def test_new_connections_record_their_connect_time(scripted: ScriptedServer, tmp_path) -> None:
+    scripted.set_script(ttft_ms=5, itl_ms=1)
+    s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2),
+                                  LevelBounds(max_requests=6, num_warmup=0), output_tokens=4)
+    fresh = [r for r in records if r.connect_ms is not None]
+    assert len(fresh) == 2  # one per user; the rest reuse a kept-alive connection
+    assert all(0 < r.connect_ms < 100 for r in fresh)
+    assert s.connect_ms.p50 is not None
