@@ -34,6 +34,7 @@ class MeasureFlags:
     api: str | None = None
     seed: int | None = None
     request_timeout: float | None = None
+    on_throttle: str | None = None
     tokenizer: Path | None = None
     dataset: Path | None = None
     dataset_format: str | None = None
@@ -80,6 +81,9 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "api": (str, typer.Option(None, help="chat or completions.")),
     "seed": (int, typer.Option(None, help="Seed of the request stream.")),
     "request_timeout": (float, typer.Option(None, help="Seconds before a request counts as timed out.")),
+    "on_throttle": (str, typer.Option(None, help="fail or retry: what a 429 does to a request (retry waits as "
+                                                 "Retry-After asks, within --request-timeout). Default: retry when "
+                                                 "a sweep measures an endpoint, else fail.")),
     "tokenizer": (Path, typer.Option(None, help="A tokenizer.json to build prompts of exact token counts.")),
     "dataset": (Path, typer.Option(None, help="Replay requests from a file: logged prompts (JSONL: {\"prompt\"} or "
                                               "{\"messages\"} a line), ShareGPT conversations, or an arrival trace "

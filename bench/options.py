@@ -48,7 +48,8 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         load["rates"] = parse_levels_flag("--rate", levels.rate, float) if levels.rate else []
     for key, value in (("burstiness", levels.burstiness), ("max_concurrency", levels.max_concurrency),
                        ("duration_s", flags.duration), ("requests", flags.requests),
-                       ("warmup_requests", flags.warmup), ("request_timeout_s", flags.request_timeout)):
+                       ("warmup_requests", flags.warmup), ("request_timeout_s", flags.request_timeout),
+                       ("on_throttle", flags.on_throttle)):
         if value is not None:
             load[key] = value
     if flags.requests is not None and flags.duration is None:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from loadgen.metrics import summarize
+from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl, read_records
 from loadgen.repeats import aggregate
 from loadgen.telemetry import server_view
@@ -153,7 +154,9 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
         if all(r.is_warmup for r in records):
             continue
         client = level_runs.get(level, {}).get("client")
-        summaries.append(summarize(records, slo or run.slo, ClientCheck(**client) if client else None))
+        network = level_runs.get(level, {}).get("network")
+        summaries.append(summarize(records, slo or run.slo, ClientCheck(**client) if client else None,
+                                   ConnectProbe(**network) if network else None))
     return summaries
 
 

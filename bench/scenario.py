@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,6 +33,9 @@ class LoadSettings(BaseModel):
     requests: int | None = Field(default=None, ge=1)
     warmup_requests: int | None = Field(default=None, ge=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # A 429: end the request (fail) or wait as asked and send it again (retry). Default: retry when a sweep
+    # measures an endpoint (a provider's limit is part of what it sells), fail for a capacity search.
+    on_throttle: Literal["fail", "retry"] | None = None
     burstiness: float = Field(default=1.0, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
 

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from bench import rundir
 from bench.capacity import CapacityDriver, CapacityPlan
@@ -76,6 +76,14 @@ class SweepPlan:
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ValueError(f"--repeats {self.repeats}: expected a whole number >= 1")
+
+    def on_throttle(self) -> Literal["fail", "retry"]:
+        """The scenario's choice, else: a capacity search fails a throttled request (the limit is a ceiling
+        on capacity), a sweep of an endpoint retries it (as a provider's client would)."""
+        if self.scenario.load.on_throttle is not None:
+            return self.scenario.load.on_throttle
+        is_endpoint = self.engine_spec.get("engine", self.engine_kind) == "endpoint"
+        return "retry" if self.capacity is None and is_endpoint else "fail"
 
     def levels(self) -> list[Level]:
         """The levels planned up front: none for a capacity search, whose probes are chosen as it goes."""
@@ -200,6 +208,7 @@ def _run_levels(
         base_url=endpoint.base_url.rstrip("/"), model=endpoint.model, api_key=read_api_key(endpoint.api_key_env),
         request_timeout_s=load.request_timeout_s, temperature=plan.scenario.workload.temperature,
         strict_openai=plan.strict_openai, ignore_eos=plan.scenario.workload.ignore_eos,
+        on_throttle=plan.on_throttle(),
     )
     workload = plan.scenario.workload
     specs = skip_sent(plan.requests(), resume and resume.last_request_id, resume and resume.last_conversation_id)
@@ -261,7 +270,8 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         tool={"name": TOOL_NAME, "version": tool_version()}, engine={"name": plan.engine_kind},
         hardware=describe_host(), scenario=plan.scenario.model_dump(mode="json"),
         levels=[level.label for level in plan.levels()],
-        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path},
+        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path,
+                "on_throttle": plan.on_throttle()},
         seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
         plan=plan.plan_json(), engine_spec=plan.engine_spec,
         dataset=asdict(describe(plan.replay)) if plan.replay is not None else None,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from loadgen.arrivals import parse_label
+from loadgen.network import ConnectProbe
 from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord, UsageTotals
 
 MAX_LOOP_LAG_P99_MS = 20.0
@@ -39,7 +40,8 @@ MIN_HELD_CONCURRENCY_FRACTION = 0.9
 
 
 def summarize(
-    records: list[RequestRecord], slo: SLO | None = None, client: ClientCheck | None = None
+    records: list[RequestRecord], slo: SLO | None = None, client: ClientCheck | None = None,
+    network: ConnectProbe | None = None,
 ) -> LevelSummary:
     """Summarize the measured (non-warm-up) records of one level of one engine."""
     measured = [r for r in records if not r.is_warmup]
@@ -88,6 +90,8 @@ def summarize(
         retry_wait_ms=Distribution.of([r.retry_wait_s * 1000 for r in ok if r.first_send_s is not None]),
         connect_ms=Distribution.of([r.connect_ms for r in measured if r.connect_ms is not None]),
         usage=usage_totals(ok),
+        tcp_connect_ms=network.tcp_ms if network else None,
+        tls_handshake_ms=network.tls_ms if network else None,
         client=client,
     )
     reasons = _invalid_reasons(summary)

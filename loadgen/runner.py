@@ -23,6 +23,7 @@ import numpy as np
 
 from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, open_session, send_request
+from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
 from loadgen.types import ClientCheck, RequestRecord, RequestSpec
 
@@ -58,6 +59,7 @@ class LevelRun:
     num_warmup: int
     client: ClientCheck
     measured_at_unix_s: float | None = None
+    network: ConnectProbe | None = None  # TCP connect and TLS handshake to the endpoint, probed first
 
 
 class StartGate:
@@ -160,6 +162,7 @@ async def run_level(
     level = ctx.level
     max_connections = level.num_users if level.kind == "concurrency" else (level.max_concurrency or 0)
     started_at = time.time()
+    network = await probe_connect(ctx.options.base_url)
     async with open_session(max_connections, ctx.options) as session:
         ctx.clock_origin = time.perf_counter()
         num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
@@ -182,6 +185,7 @@ async def run_level(
         level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at, wall_s=wall_s,
         num_records=ctx.num_written - num_warmup, num_warmup=num_warmup,
         client=_client_check(lags, cpu_s, wall_s, ctx.waiting.total_s), measured_at_unix_s=measured_at,
+        network=network,
     )
 
 

@@ -239,6 +239,8 @@ class LevelSummary:
     num_throttled_attempts: int = 0
     retry_wait_ms: Distribution = field(default_factory=Distribution)  # throttled, then answered: the wait
     connect_ms: Distribution = field(default_factory=Distribution)  # new connections' set-up
+    tcp_connect_ms: float | None = None  # probed before the level: the network apart from the server
+    tls_handshake_ms: float | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)
     client: ClientCheck | None = None
     is_valid: bool = True

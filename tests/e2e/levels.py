@@ -29,4 +29,4 @@ def run_one_level(
         warmup = iter_requests(workload.model_copy(update={"seed": 99}))
         level_run = run_level_blocking(ctx, bounds, iter_requests(workload), warmup)
     records = read_records(path)
-    return summarize(records, slo, level_run.client), records, level_run
+    return summarize(records, slo, level_run.client, level_run.network), records, level_run

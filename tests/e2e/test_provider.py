@@ -122,3 +122,53 @@ def test_new_connections_record_their_connect_time(scripted: ScriptedServer, tmp
     assert len(fresh) == 2  # one per user; the rest reuse a kept-alive connection
     assert all(0 < r.connect_ms < 100 for r in fresh)
     assert s.connect_ms.p50 is not None
+
+
+def test_the_tcp_connect_time_is_probed_apart_from_the_server(scripted: ScriptedServer, tmp_path) -> None:
+    scripted.set_script(ttft_ms=5, itl_ms=1)
+    s, _, level_run = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
+                                    LevelBounds(max_requests=1, num_warmup=0), output_tokens=4)
+    assert level_run.network is not None and 0 < level_run.network.tcp_ms < 50
+    assert s.tcp_connect_ms == level_run.network.tcp_ms and s.tls_handshake_ms is None  # plain http
+
+
+def test_an_unreachable_endpoint_has_no_probe() -> None:
+    import asyncio
+
+    from loadgen.network import probe_connect
+
+    assert asyncio.run(probe_connect("http://127.0.0.1:9/v1", timeout_s=1)) is None
+
+
+def test_an_https_endpoint_gets_its_tls_handshake_measured_apart(tmp_path) -> None:
+    """A real TLS server (a self-signed certificate made with openssl) on 127.0.0.1."""
+    import asyncio
+    import shutil
+    import ssl
+    import subprocess
+
+    from loadgen.network import probe_connect
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make the test's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+
+    async def measure() -> object:
+        served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        served.load_cert_chain(cert, key)
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+        port = server.sockets[0].getsockname()[1]
+        client = ssl.create_default_context(cafile=str(cert))
+        async with server:
+            return await probe_connect(f"https://localhost:{port}/v1", context=client)
+
+    probe = asyncio.run(measure())
+    assert probe is not None and probe.tls_ms is not None  # type: ignore[attr-defined]
+    assert 0 < probe.tls_ms < 500 and 0 < probe.tcp_ms < 50  # type: ignore[attr-defined]
