@@ -64,7 +64,7 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     base = Assumptions(gpu_usd_per_hour=price, operating_hours_per_month=hours, billed_hours_per_month=hours,
                        peak_to_average=traffic.peak_to_average or DEFAULT_PEAK_TO_AVERAGE,
                        hourly_profile=tuple(traffic.hourly_profile or ()), autoscale=not reserved,
-                       cache_hit_rate=traffic.cache_hit_rate, uses_batch_api=traffic.uses_batch_api,
+                       cache_hit_rate=traffic.cache_hit_rate or 0.0, uses_batch_api=traffic.uses_batch_api,
                        gpus_per_replica=pricing.gpus_per_replica, headroom=pricing.headroom,
                        spare_replicas=pricing.spare_replicas, min_serving_replicas=pricing.min_serving_replicas,
                        ops_usd_per_month=pricing.ops_usd_per_month)

@@ -35,7 +35,7 @@ class Traffic(BaseModel):
     hours_per_month: float | None = Field(default=None, gt=0, le=744)
     hourly_profile: list[float] | None = None
     days_per_month: float | None = Field(default=None, gt=0, le=31)
-    cache_hit_rate: float = Field(default=0.0, ge=0, le=1)
+    cache_hit_rate: float | None = Field(default=None, ge=0, le=1)  # None: as measured, else 0
     uses_batch_api: bool = False
 
     @field_validator("hourly_profile")

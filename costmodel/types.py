@@ -314,3 +314,34 @@ class CostCurve:
     providers: dict[str, list[float]]
     crossovers: dict[str, float | None]
     traffic: float | None
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """One level's tokens: as asked, as the client counted them arriving, and as the server reported them."""
+
+    num_requests: int
+    num_with_usage: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int  # reasoning included
+    asked_output_tokens: int
+    counted_output_tokens: int
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class LevelBill:
+    """What one level's requests would cost at one provider's prices: expected from the workload, and as
+    the server's usage bills it (uncached prompt, cached prompt and completion tokens, each at its price)."""
+
+    level: str
+    provider_id: str
+    usage: TokenUsage
+    expected_usd: float  # the prompts at the assumed cache-hit rate and the output asked for
+    billed_usd: float  # the usage the server reported
+    input_usd: float
+    cached_input_usd: float
+    output_usd: float
+    assumed_cache_hit_rate: float
+    mismatches: tuple[str, ...] = ()
