@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from costmodel.model import slo_problems
-from costmodel.types import LatencyLimits, MeasuredLevel
+from costmodel.types import LatencyLimits, MeasuredLevel, TokenUsage
 from loadgen.repeats import by_level, interval
-from loadgen.types import SLO, LevelSummary
+from loadgen.types import SLO, LevelSummary, ServerView
 
 
 def latency_limits(slo: SLO) -> LatencyLimits:
@@ -85,3 +85,25 @@ def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | N
 
 def _finite(value: float | None) -> float:
     return value if value is not None and math.isfinite(value) else 0.0
+
+
+def token_usage(s: LevelSummary) -> TokenUsage:
+    u = s.usage
+    return TokenUsage(num_requests=u.num_requests, num_with_usage=u.num_with_usage, prompt_tokens=u.prompt_tokens,
+                      cached_prompt_tokens=u.cached_prompt_tokens, completion_tokens=u.completion_tokens,
+                      asked_output_tokens=u.asked_output_tokens, counted_output_tokens=u.counted_output_tokens,
+                      reasoning_tokens=u.reasoning_tokens)
+
+
+def measured_cache_hit_rate(summaries: Sequence[LevelSummary], views: Sequence[ServerView]) -> tuple[float, str] | None:
+    """The prompt-cache hit rate the runs measured, and how: from the `cached_tokens` the server reported in
+    its usage (prompt tokens pooled over levels), else from its own prefix-cache metrics; None: neither."""
+    reported = [s.usage for s in summaries if s.usage.num_with_cached_count]
+    prompt = sum(u.prompt_tokens for u in reported)
+    if prompt:
+        rate = sum(u.cached_prompt_tokens for u in reported) / prompt
+        return rate, f"measured: cached_tokens in the server's usage, {len(reported)} level(s)"
+    rates = [v.prefix_cache_hit_rate for v in views if v.prefix_cache_hit_rate is not None]
+    if rates:
+        return sum(rates) / len(rates), f"measured: the server's prefix-cache metrics, {len(rates)} level(s)"
+    return None

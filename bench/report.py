@@ -20,13 +20,15 @@ from pydantic import ValidationError
 
 from bench import rundir
 from bench.capacity import read_capacity
-from bench.costinputs import latency_limits, measured_levels, repeated_level
+from bench.costinputs import latency_limits, measured_cache_hit_rate, measured_levels, repeated_level, token_usage
 from bench.scenario import DecisionSettings
 from common.validation import validate
+from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
-from costmodel.prices import load_catalog
-from costmodel.types import Decision, EngineLevels, MeasuredLevel
+from costmodel.inputs import Traffic
+from costmodel.prices import PriceCatalog, load_catalog
+from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel
 from loadgen.repeats import aggregate
 from loadgen.types import SLO, LevelSummary
 from loadgen.workload import Workload
@@ -63,13 +65,16 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
     runs, skipped = load_runs(run_dirs, settings.slo)
     catalog = load_catalog(prices)
+    traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(run.label, measured_levels(_measured(run)), _capacity_level(run)) for run in runs]
-    decision = decide(engines, latency_limits(settings.slo), settings.traffic, settings.pricing,
+    decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
+    runs = [replace(run, bills=_bills(run, decision, catalog)) for run in runs]
     report_input = ReportInput(
         decision=decision, runs=tuple(runs), cost_curve=monthly_cost_curve(decision),
         settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
-        price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped))
+        price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
+        cache_hit_source=cache_hit_source)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
 
@@ -83,6 +88,30 @@ def render_run_report(run_dir: Path) -> Path | None:
         return render_report([Path(run_dir)], Path(run_dir) / REPORT_NAME).files.html
     except NothingToReport:
         return None
+
+
+def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[ReportRun]) -> tuple[Traffic, str]:
+    """The scenario's prompt-cache hit rate when it sets one; else the one the runs measured; else none."""
+    traffic = traffic or Traffic()
+    if traffic.cache_hit_rate is not None:
+        return traffic, "the scenario's traffic.cache_hit_rate"
+    measured = measured_cache_hit_rate([s for run in runs for s in _measured(run)],
+                                       [v for run in runs for v in run.server_views])
+    if measured is None:
+        return traffic.model_copy(update={"cache_hit_rate": 0.0}), "none measured, none assumed"
+    rate, source = measured
+    return traffic.model_copy(update={"cache_hit_rate": rate}), source
+
+
+def _bills(run: ReportRun, decision: Decision, catalog: PriceCatalog) -> tuple[LevelBill, ...]:
+    """Each level's usage at the prices of the provider the verdict compares against."""
+    compared = decision.compared_to
+    price = next((row for row in catalog.providers if compared and row.id == compared.id), None)
+    if price is None:
+        return ()
+    a = decision.pricing.assumptions
+    return tuple(level_bill(s.level, token_usage(s), price, a.cache_hit_rate, a.uses_batch_api)
+                 for s in run.summaries if s.usage.num_requests)
 
 
 def _capacity_level(run: ReportRun) -> MeasuredLevel | None:

@@ -17,6 +17,7 @@ from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, ProviderCost
 from loadgen.types import LevelSummary, RepeatedLevel
 from reports.inputs import ReportInput, ReportRun
+from reports.provider import provider_block
 
 CAVEATS = [
     "A one-request-at-a-time benchmark overstates the cost of self-hosting many times over: a GPU decodes a "
@@ -61,7 +62,7 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
         "generated_at": inp.generated_at.isoformat(timespec="seconds"),
         "verdict": decision.verdict,
         "side_by_side": _side_by_side(decision),
-        "assumptions": assumptions(decision, runs),
+        "assumptions": assumptions(decision, runs, inp.cache_hit_source),
         "warnings": _warnings(decision, runs, list(inp.skipped)),
         "stale_prices": decision.stale_prices,
         "slo": decision.slo.describe(decision.attainment_target),
@@ -122,7 +123,7 @@ def _provider_row(p: ProviderCost, role: str) -> dict[str, Any]:
             "monthly_usd": p.monthly_usd, "usd_per_m_tokens": p.usd_per_m_tokens, "note": note}
 
 
-def assumptions(decision: Decision, runs: list[ReportRun]) -> list[str]:
+def assumptions(decision: Decision, runs: list[ReportRun], cache_hit_source: str = "assumed") -> list[str]:
     a, lines = decision.pricing.assumptions, []
     best = decision.best
     if best is not None and best.operating_point is not None:
@@ -138,8 +139,9 @@ def assumptions(decision: Decision, runs: list[ReportRun]) -> list[str]:
                  f"{a.billed_hours_per_month:,.0f} h/month; {a.headroom:.0%} headroom, {a.spare_replicas} spare "
                  f"replica(s), at least {a.min_serving_replicas} serving.")
     lines.append(f"Operations: {usd(a.ops_usd_per_month)}/month.")
-    lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits, "
-                 f"{'batch API discount' if a.uses_batch_api else 'no batch discount'}.")
+    lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits ({cache_hit_source}), "
+                 f"{'batch API discount' if a.uses_batch_api else 'no batch discount'}; reasoning tokens bill as "
+                 "output and are in the measured output lengths.")
     lines += [f"Assumed: {text}." for text in decision.pricing.assumed]
     lines += [line for run in runs if (line := _workload_line(run, len(runs) > 1))]
     return lines
@@ -208,7 +210,8 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -
             "usd_per_request_range": result.usd_per_request_range, "providers": result.providers,
             "warnings": result.warnings, "levels": levels,
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
-            "server_view": [asdict(view) for view in run.server_views]}
+            "server_view": [asdict(view) for view in run.server_views],
+            "provider": provider_block(run.summaries, run.bills)}
 
 
 def _repeated(level: RepeatedLevel) -> dict[str, Any]:

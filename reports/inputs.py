@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from costmodel.types import CostCurve, Decision
+from costmodel.types import CostCurve, Decision, LevelBill
 from loadgen.types import DatasetInfo, LevelSummary, RepeatedLevel, ServerView
 
 
@@ -38,6 +38,7 @@ class ReportRun:
     dataset: DatasetInfo | None = None  # the traffic replayed, when it came from a file
     workload: str | None = None  # otherwise the synthetic workload's lengths, in words
     keep_text: bool = False  # requests.jsonl holds the prompts and answers (--keep-text)
+    bills: tuple[LevelBill, ...] = ()  # each level's usage at the compared provider's prices
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,4 @@ class ReportInput:
     price_origins: tuple[str, ...]
     generated_at: datetime
     skipped: tuple[str, ...] = ()  # run directories left out, and why
+    cache_hit_source: str = "assumed"  # where the cost model's prompt-cache hit rate came from, in words

@@ -172,3 +172,33 @@ def test_an_https_endpoint_gets_its_tls_handshake_measured_apart(tmp_path) -> No
     probe = asyncio.run(measure())
     assert probe is not None and probe.tls_ms is not None  # type: ignore[attr-defined]
     assert 0 < probe.tls_ms < 500 and 0 < probe.tcp_ms < 50  # type: ignore[attr-defined]
+
+
+def test_a_report_against_a_provider_shows_reasoning_throttling_cache_hits_and_the_bill(scripted: ScriptedServer,
+                                                                                      tmp_path) -> None:
+    """A provider-style endpoint: 8 reasoning tokens before each answer, a limit of 10 requests/s (a bucket
+    of 10), a prefix cache. A `--rate 5,10,20` sweep retries what it throttles (an endpoint's default)."""
+    import json
+
+    from tests.bench.test_cli import bench, sweep_args
+
+    scripted.set_script(ttft_ms=20, itl_ms=2, reasoning_tokens=8, rate_limit_per_s=10, rate_limit_burst=10,
+                        prefix_cache_block_words=16)
+    result = bench(*sweep_args(scripted, tmp_path, "--rate", "5,10,20", "--duration", "3",
+                               "--shared-prefix", "1:64", "--input-tokens", "96", "--output-tokens", "16"),
+                   timeout=180)
+    assert result.returncode == 0, result.stderr
+    run_dir = next(tmp_path.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["client"]["on_throttle"] == "retry"
+    report = json.loads((run_dir / "report.json").read_text())
+    provider = report["engines"][0]["provider"]
+    levels = {lv["label"]: lv for lv in provider["levels"]}
+    assert levels["r5"]["throttle_rate"] < 0.05 and levels["r20"]["throttle_rate"] > 0.2
+    assert levels["r20"]["reasoning_share"] == pytest.approx(0.5)
+    assert levels["r20"]["ttfvt_ms"]["p50"] == pytest.approx(20 + 8 * 2, abs=3)
+    assert levels["r20"]["cache_hit_rate"] > 0.3
+    assert "20 requests/s" in provider["throttling"] and "accepted at most" in provider["throttling"]
+    bills = {b["level"]: b for b in provider["bills"]}
+    assert set(bills) == {"r5", "r10", "r20"} and all(b["billed_usd"] > 0 for b in bills.values())
+    assert any("cache" in line and "measured" in line for line in report["assumptions"])
+    assert "Rate limit:" in (run_dir / "report.md").read_text()
