@@ -26,7 +26,7 @@ from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary
 
 CAPACITY_FILE = "capacity.json"
-SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms"}
+SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms"}
 
 
 @dataclass(frozen=True)

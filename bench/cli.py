@@ -48,8 +48,8 @@ def sweep(
 def capacity(
     flags: MeasureFlags,
     slo: list[str] = typer.Option(None, help="A latency target the search must meet, KEY=MILLISECONDS: "
-                                             "ttft_p95_ms, tpot_p95_ms or e2e_p95_ms (repeatable; default: the "
-                                             "scenario's SLO)."),
+                                             "ttft_p95_ms, ttfvt_p95_ms, tpot_p95_ms or e2e_p95_ms (repeatable; "
+                                             "default: the scenario's SLO)."),
     attainment: float = typer.Option(None, help="Share of requests that must meet every target (default: the "
                                                 "scenario's, 0.95)."),
     tolerance: float = typer.Option(0.05, help="Stop when the highest passing and lowest failing loads are within "

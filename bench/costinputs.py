@@ -15,7 +15,7 @@ from loadgen.types import SLO, LevelSummary, ServerView
 
 
 def latency_limits(slo: SLO) -> LatencyLimits:
-    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms)
+    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms, ttfvt_ms=slo.ttfvt_ms)
 
 
 def level_from_summary(s: LevelSummary) -> MeasuredLevel:
@@ -26,7 +26,7 @@ def level_from_summary(s: LevelSummary) -> MeasuredLevel:
     return MeasuredLevel(
         label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
         input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
-        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95,
+        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95, ttfvt_p95_ms=s.ttfvt_ms.p95,
         mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
         summary_request_per_s=s.request_per_s,
     )
@@ -50,7 +50,7 @@ def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) 
         input_tokens_per_s=mean([lv.input_tokens_per_s for lv in levels]) or 0.0,
         slo_attainment=mean([lv.slo_attainment for lv in levels]) or 0.0,
         ttft_p95_ms=mean([lv.ttft_p95_ms for lv in levels]), tpot_p95_ms=mean([lv.tpot_p95_ms for lv in levels]),
-        e2e_p95_ms=mean([lv.e2e_p95_ms for lv in levels]),
+        e2e_p95_ms=mean([lv.e2e_p95_ms for lv in levels]), ttfvt_p95_ms=mean([lv.ttfvt_p95_ms for lv in levels]),
         mean_input_tokens=mean([lv.mean_input_tokens for lv in levels]) or 0.0,
         mean_output_tokens=mean([lv.mean_output_tokens for lv in levels]) or 0.0,
         num_ok=sum(lv.num_ok for lv in levels), is_valid=all(lv.is_valid for lv in levels),
@@ -76,7 +76,7 @@ def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | N
     if not s.num_ok:
         return None
     ratios = [value / limit for value, limit in ((s.ttft_ms.p95, slo.ttft_ms), (s.tpot_ms.p95, slo.tpot_ms),
-                                                 (s.e2e_ms.p95, slo.e2e_ms))
+                                                 (s.e2e_ms.p95, slo.e2e_ms), (s.ttfvt_ms.p95, slo.ttfvt_ms))
               if value is not None and limit is not None]
     if not ratios and attainment_target < 1:
         ratios.append((1 - s.slo_attainment) / (1 - attainment_target))

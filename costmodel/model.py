@@ -77,8 +77,8 @@ def _past(value: float, limit: float) -> str:
 
 
 def _latency_checks(level: MeasuredLevel, slo: LatencyLimits) -> list[tuple[str, float | None, float]]:
-    checks = [("TTFT", level.ttft_p95_ms, slo.ttft_ms), ("TPOT", level.tpot_p95_ms, slo.tpot_ms),
-              ("E2E", level.e2e_p95_ms, slo.e2e_ms)]
+    checks = [("TTFT", level.ttft_p95_ms, slo.ttft_ms), ("TTFVT", level.ttfvt_p95_ms, slo.ttfvt_ms),
+              ("TPOT", level.tpot_p95_ms, slo.tpot_ms), ("E2E", level.e2e_p95_ms, slo.e2e_ms)]
     return [(name, value, limit) for name, value, limit in checks if limit is not None]
 
 

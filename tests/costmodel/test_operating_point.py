@@ -76,3 +76,11 @@ def test_a_repeated_level_carries_its_throughput_interval_to_the_point() -> None
     point = operating_point([C1, repeated], SLO_1S, 0.95)
     assert point is not None and point.request_per_s_range == (3.2, 4.0) and point.num_repeats == 3
     assert point.output_tokens_per_s_range == (320.0, 400.0)  # 100 output tokens per request
+
+
+def test_an_slo_on_the_first_visible_token_judges_a_reasoning_model_by_it() -> None:
+    """TTFT 200 ms meets a 1 s target, but the first visible word after 1.5 s of reasoning does not."""
+    reasoning = replace(C1, ttfvt_p95_ms=1500)
+    assert operating_point([reasoning], SLO_1S, 0.95) is not None
+    assert operating_point([reasoning], replace(SLO_1S, ttfvt_ms=1000), 0.95) is None
+    assert "TTFVT" in replace(SLO_1S, ttfvt_ms=1000).describe(0.95)
