@@ -186,6 +186,11 @@ def _note(s: LevelSummary) -> str:
     if s.ttft_ms_later_turns.p50 is not None:
         first, later = _fmt(s.ttft_ms_first_turn.p50), _fmt(s.ttft_ms_later_turns.p50)
         notes.append(f"TTFT p50 turn 1 {first} ms, later turns {later} ms")
+    if s.usage.reasoning_tokens:
+        notes.append(f"reasoning {share(s.usage.reasoning_share)} of output, TTFVT p50 {_fmt(s.ttfvt_ms.p50, 0)} ms")
+    if s.num_throttled:
+        waited = f", retried after {_fmt(s.retry_wait_ms.p50, 0)} ms p50" if s.retry_wait_ms.p50 is not None else ""
+        notes.append(f"throttled {s.throttle_rate:.0%} of requests{waited}")
     return "; ".join(notes)
 
 
