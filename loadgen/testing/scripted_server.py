@@ -2,7 +2,8 @@
 
 Every answer follows the script: the first chunk `ttft_ms` after the request arrived, then one chunk
 every `itl_ms`, each carrying `tokens_per_chunk` tokens, on an absolute schedule (no drift). Faults:
-`http_500`, `http_429` (with Retry-After), `error_event`, `cut` (the connection drops mid-stream),
+`http_500`, `http_429` (with Retry-After), `error_event`, `rate_limit_event` (a provider's rate-limit error
+sent as an event, after the 200), `cut` (the connection drops mid-stream),
 `stall` (no chunk for `stall_ms`, once, after `fault_after_chunks` chunks), `drop` (the connection is
 closed without an answer), `drop_reused` (the same, only on a kept-alive connection that already served a
 request: what a client sees when a server closes idle connections); `fault_every` = n applies the fault to
@@ -50,7 +51,10 @@ from typing import Any, Literal
 
 import orjson
 
-Fault = Literal["none", "http_500", "http_429", "error_event", "cut", "stall", "drop", "drop_reused"]
+Fault = Literal["none", "http_500", "http_429", "error_event", "rate_limit_event", "cut", "stall", "drop",
+                "drop_reused"]
+ERROR_EVENT = b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n'
+RATE_LIMIT_EVENT = b'data: {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded", "code": 429}}\n\n'
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
 
 
@@ -415,7 +419,7 @@ class ScriptedProtocol:
             self.transport.close()
         elif plan.errors_at(index):
             self.state.release(plan)
-            self.write_chunk(b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n')
+            self.write_chunk(RATE_LIMIT_EVENT if plan.fault == "rate_limit_event" else ERROR_EVENT)
             self.write_chunk(b"")
         elif index == plan.num_chunks - 1:
             self.state.release(plan)
@@ -492,7 +496,7 @@ class StreamPlan:
         return self.fault == "cut" and index == self.script.fault_after_chunks
 
     def errors_at(self, index: int) -> bool:
-        return self.fault == "error_event" and index == self.script.fault_after_chunks
+        return self.fault in ("error_event", "rate_limit_event") and index == self.script.fault_after_chunks
 
     def tokens_sent_after(self, index: int) -> int:
         return min(self.num_tokens, (index + 1) * self.script.tokens_per_chunk)

@@ -14,6 +14,7 @@ from tests.servers import ScriptedServer
     ("http_500", "http_error", 500),
     ("http_429", "throttled", 429),
     ("error_event", "stream_error", 200),
+    ("rate_limit_event", "throttled", 200),
     ("cut", "stream_cut", 200),
 ])
 def test_fault_is_counted_as_a_failure_of_its_kind(
