@@ -51,6 +51,8 @@ from typing import Any, Literal
 
 import orjson
 
+from loadgen.testing.provider_play import PrefixCache, TokenBucket
+
 Fault = Literal["none", "http_500", "http_429", "error_event", "rate_limit_event", "cut", "stall", "drop",
                 "drop_reused"]
 ERROR_EVENT = b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n'
@@ -146,7 +148,7 @@ class ScriptState:
         self.streams_in_flight = 0
         self.waiting: collections.deque[tuple[ScriptedProtocol, StreamPlan]] = collections.deque()
         self.bucket = TokenBucket(script.rate_limit_per_s, script.rate_limit_burst)
-        self.cached_blocks: set[int] = set()
+        self.prefix_cache = PrefixCache(script.prefix_cache_block_words)
 
     def admit(self, protocol: ScriptedProtocol, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""
@@ -180,45 +182,7 @@ class ScriptState:
         self.script = replace(self.script, **changes)
         self.counter = itertools.count(1)
         self.bucket = TokenBucket(self.script.rate_limit_per_s, self.script.rate_limit_burst)
-        self.cached_blocks = set()
-
-    def cached_words(self, body: dict[str, Any]) -> int:
-        """Words of this prompt's leading blocks that an earlier prompt already had (each block's hash
-        chained to the one before it, as a paged prefix cache keys its blocks); the blocks are kept."""
-        size = self.script.prefix_cache_block_words
-        if not size:
-            return 0
-        words = _prompt_words(body)
-        cached, parent, is_hit = 0, 0, True
-        for start in range(0, len(words) - size + 1, size):
-            parent = hash((parent, *words[start : start + size]))
-            if is_hit and parent in self.cached_blocks:
-                cached += size
-            else:
-                is_hit = False
-                self.cached_blocks.add(parent)
-        return cached
-
-
-class TokenBucket:
-    """`rate` requests a second on average, `burst` at once; `take` says how long until one is free (0: taken)."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate = rate
-        self.burst = max(burst, 1.0)
-        self.tokens = self.burst
-        self.last = time.perf_counter()
-
-    def take(self) -> float:
-        if self.rate <= 0:
-            return 0.0
-        now = time.perf_counter()
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
+        self.prefix_cache = PrefixCache(self.script.prefix_cache_block_words)
 
 
 # Linux's values (Python's socket module does not name them); elsewhere arrivals are stamped on reading.
@@ -400,7 +364,7 @@ class ScriptedProtocol:
         loop = asyncio.get_running_loop()
         offset_s = loop.time() - time.perf_counter()  # the loop's clock may differ from perf_counter
         plan = StreamPlan(body, script, is_chat, fault, arrived + offset_s)
-        plan.cached_tokens = self.state.cached_words(body)
+        plan.cached_tokens = self.state.prefix_cache.cached_words(_prompt_words(body))
         if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded \
                 and not plan.cached_tokens:
             self.transport.write(_instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
