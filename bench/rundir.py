@@ -29,8 +29,8 @@ from loadgen.metrics import summarize
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl, read_records
 from loadgen.repeats import aggregate
-from loadgen.telemetry import server_view
-from loadgen.types import SLO, ClientCheck, DatasetInfo, LevelSummary, RequestRecord, ServerView
+from loadgen.telemetry import gpu_view, server_view
+from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, RequestRecord, ServerView
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -162,15 +162,27 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
 
 def server_views(run_dir: Path) -> list[ServerView]:
     """Each measured level as the server saw it (from telemetry.jsonl); empty when nothing was sampled."""
+    views = [server_view(level, samples, start, end) for level, samples, start, end in _level_samples(run_dir)]
+    return [view for view in views if view.num_samples]
+
+
+def gpu_views(run_dir: Path) -> list[GpuView]:
+    """Each measured level as the GPUs saw it (power, utilization; from telemetry.jsonl); empty when they
+    were not read."""
+    views = [gpu_view(level, samples, start, end) for level, samples, start, end in _level_samples(run_dir)]
+    return [view for view in views if view.num_samples]
+
+
+def _level_samples(run_dir: Path) -> list[tuple[str, list[dict[str, Any]], float, float]]:
     path = run_dir / TELEMETRY_FILE
     samples = list(read_jsonl(path)) if path.is_file() else []
     if not samples:
         return []
-    views = []
+    spans = []
     for level, row in read_level_runs(run_dir).items():
         start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
-        views.append(server_view(level, samples, start, start + row["wall_s"]))
-    return [view for view in views if view.num_samples]
+        spans.append((level, samples, start, start + row["wall_s"]))
+    return spans
 
 
 def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +37,7 @@ from loadgen import telemetry
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
+from loadgen.gpu import find_reader
 from loadgen.recorder import JsonlWriter
 from loadgen.replay.requests import Replay, check_context, describe, replay_requests
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
@@ -179,11 +179,14 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             started = True
             url = telemetry.metrics_url(endpoint.base_url)
             no_telemetry = telemetry.probe(url)
+            gpus = _gpu_telemetry(engine)
             run = replace(run, status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
-                          telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry})
+                          telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry,
+                                     "gpu": gpus})
             rundir.write_run_info(run_dir, run)
             _check_context(plan, endpoint)
-            with telemetry.sampling(url, run_dir / rundir.TELEMETRY_FILE) if no_telemetry is None else nullcontext():
+            with telemetry.sampling(url if no_telemetry is None else None, run_dir / rundir.TELEMETRY_FILE,
+                                    gpu=gpus["sampled"]):
                 _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
     except Exception as exc:
@@ -239,6 +242,15 @@ def _run_levels(
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
+
+
+def _gpu_telemetry(engine: EngineInfo) -> dict[str, Any]:
+    """Whether the GPUs are read while the levels run: only for an engine started here (an endpoint's
+    GPUs, if any, are on another machine), and only where NVML or nvidia-smi answers."""
+    if engine.launched_by != "bench":
+        return {"sampled": False, "why_not": "the endpoint was already running: its GPUs are not read from here"}
+    reader, how = find_reader()
+    return {"sampled": reader is not None, "reader": how} if reader else {"sampled": False, "why_not": how}
 
 
 def _check_context(plan: SweepPlan, endpoint: Endpoint) -> None:

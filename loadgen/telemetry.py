@@ -2,10 +2,12 @@
 `telemetry.jsonl`, and what each level looked like from there (requests running and waiting, KV cache
 use, preemptions, prefix-cache hits).
 
-The sampler is a process of its own (`python -m loadgen.telemetry URL FILE`), so parsing a large metrics
-page never pauses the load generator's event loop. Engines publish the same quantities under different
-names; `SERIES` maps ours to theirs (vLLM, SGLang, llama.cpp; the reference engine uses vLLM's). A server
-without `/metrics` gives no samples, and nothing fails for it.
+The sampler is a process of its own (`python -m loadgen.telemetry URL FILE [--gpu]`), so parsing a large
+metrics page never pauses the load generator's event loop. With `--gpu` each line also carries the GPUs'
+own readings (`loadgen.gpu`: power, utilization, memory, clock, temperature), when the engine runs here.
+Engines publish the same quantities under different names; `SERIES` maps ours to theirs (vLLM, SGLang,
+llama.cpp; the reference engine uses vLLM's). A server without `/metrics` gives no samples, and nothing
+fails for it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from typing import Any
 import httpx
 
 from common.processes import terminate
-from loadgen.types import ServerView
+from loadgen.gpu import find_reader
+from loadgen.types import GpuView, ServerView
 
 SAMPLE_INTERVAL_S = 1.0
+NO_URL = "-"  # the sampler's URL when the server publishes no /metrics (GPUs only)
 
 # ours -> the sample names engines publish (counters with their `_total` suffix), first present wins
 SERIES: dict[str, tuple[str, ...]] = {
@@ -79,9 +83,14 @@ def probe(url: str) -> str | None:
 
 
 @contextmanager
-def sampling(url: str, path: Path) -> Iterator[None]:
-    """Sample `url` into `path` in a child process while the block runs; stopped on every exit path."""
-    command = [sys.executable, "-m", "loadgen.telemetry", url, str(path), "--parent", str(os.getpid())]
+def sampling(url: str | None, path: Path, gpu: bool = False) -> Iterator[None]:
+    """Sample `url` (and the GPUs, with `gpu`) into `path` in a child process while the block runs; stopped
+    on every exit path. Nothing to sample: nothing started."""
+    if url is None and not gpu:
+        yield
+        return
+    command = [sys.executable, "-m", "loadgen.telemetry", url or NO_URL, str(path), "--parent", str(os.getpid()),
+               *(["--gpu"] if gpu else [])]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -90,33 +99,43 @@ def sampling(url: str, path: Path) -> Iterator[None]:
 
 
 def sample_until_stopped(
-    url: str, path: Path, interval_s: float = SAMPLE_INTERVAL_S, parent: int | None = None
+    url: str | None, path: Path, interval_s: float = SAMPLE_INTERVAL_S, parent: int | None = None, gpu: bool = False
 ) -> None:
-    """One JSON line per sample: `t` (unix seconds) and the series the server published; until stopped,
-    or until `parent` (by default the process that started this one) is gone."""
+    """One JSON line per sample: `t` (unix seconds), the series the server published and, with `gpu`, `gpus`
+    (one reading per GPU); until stopped, or until `parent` (by default the process that started this one)
+    is gone."""
     from loadgen.recorder import JsonlWriter
 
     # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (every line is flushed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = parent or os.getppid()
+    read_gpus = find_reader()[0] if gpu else None
     with JsonlWriter(path) as writer, httpx.Client(timeout=interval_s * 2) as client:
         next_at = time.monotonic()
         while os.getppid() == parent:  # a parent killed outright can't stop us: then we stop ourselves
             taken_at = time.time()
-            try:
-                response = client.get(url)
-                if response.status_code == 200:
-                    values = parse_metrics(response.text)
-                    if values:
-                        writer.write({"t": round(taken_at, 3), **values})
-            except (httpx.HTTPError, ValueError):
-                pass  # a busy or restarting server misses a sample, nothing more
+            line: dict[str, Any] = _server_values(client, url) if url else {}
+            if read_gpus is not None:
+                try:
+                    line["gpus"] = [sample.to_json() for sample in read_gpus()]
+                except (OSError, ValueError, RuntimeError, subprocess.SubprocessError):
+                    pass  # a reading missed is a sample missed
+            if line:
+                writer.write({"t": round(taken_at, 3), **line})
             next_at += interval_s
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
+def _server_values(client: httpx.Client, url: str) -> dict[str, Any]:
+    try:
+        response = client.get(url)
+        return parse_metrics(response.text) if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}  # a busy or restarting server misses a sample, nothing more
+
+
 def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> ServerView:
-    inside = [s for s in samples if start_unix_s <= s["t"] <= end_unix_s]
+    inside = [s for s in samples if start_unix_s <= s["t"] <= end_unix_s and any(key in s for key in SERIES)]
 
     def mean(key: str) -> float | None:
         values = [s[key] for s in inside if key in s]
@@ -136,14 +155,40 @@ def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, 
     )
 
 
+def gpu_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> GpuView:
+    """The GPUs over one level: power summed over them (the fleet's draw), utilization averaged."""
+    readings = [s["gpus"] for s in samples if start_unix_s <= s["t"] <= end_unix_s and s.get("gpus")]
+
+    def per_sample(key: str, combine: Any) -> list[float]:
+        values = [[g[key] for g in gpus if g.get(key) is not None] for gpus in readings]
+        return [combine(v) for v in values if v]
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    power = per_sample("power_w", sum)
+    memory = per_sample("memory_used_mib", sum)
+    temperature = per_sample("temperature_c", max)
+    return GpuView(
+        level=level, num_samples=len(readings), num_gpus=max((len(g) for g in readings), default=0),
+        names=tuple(sorted({g["name"] for gpus in readings for g in gpus})),
+        mean_power_w=mean(power), max_power_w=max(power) if power else None,
+        mean_utilization_pct=mean(per_sample("utilization_pct", lambda v: sum(v) / len(v))),
+        max_memory_used_mib=max(memory) if memory else None,
+        mean_sm_clock_mhz=mean(per_sample("sm_clock_mhz", lambda v: sum(v) / len(v))),
+        max_temperature_c=max(temperature) if temperature else None)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Sample a server's Prometheus /metrics into a JSON-lines file.")
-    parser.add_argument("url")
+    parser = argparse.ArgumentParser(description="Sample a server's Prometheus /metrics (and the GPUs) into a "
+                                                 "JSON-lines file.")
+    parser.add_argument("url", help=f"the server's /metrics URL, or {NO_URL} for none")
     parser.add_argument("path", type=Path)
     parser.add_argument("--interval", type=float, default=SAMPLE_INTERVAL_S)
     parser.add_argument("--parent", type=int, help="stop when this process is no longer our parent")
+    parser.add_argument("--gpu", action="store_true", help="also read the GPUs (NVML or nvidia-smi)")
     args = parser.parse_args()
-    sample_until_stopped(args.url, args.path, args.interval, args.parent)
+    sample_until_stopped(None if args.url == NO_URL else args.url, args.path, args.interval, args.parent, args.gpu)
 
 
 if __name__ == "__main__":

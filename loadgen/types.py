@@ -280,6 +280,28 @@ class ServerView:
 
 
 @dataclass(frozen=True)
+class GpuView:
+    """The GPUs over one level, from their readings once a second: power summed over the GPUs (what the
+    machine draws for them), utilization and SM clock averaged over them, the most memory and heat."""
+
+    level: str
+    num_samples: int
+    num_gpus: int
+    names: tuple[str, ...]
+    mean_power_w: float | None
+    max_power_w: float | None
+    mean_utilization_pct: float | None
+    max_memory_used_mib: float | None
+    mean_sm_clock_mhz: float | None
+    max_temperature_c: float | None
+
+    def joules_per_output_token(self, output_tokens_per_s: float) -> float | None:
+        if self.mean_power_w is None or output_tokens_per_s <= 0:
+            return None
+        return self.mean_power_w / output_tokens_per_s
+
+
+@dataclass(frozen=True)
 class DatasetInfo:
     """A replayed file as a report states it: which one (its sha256, never its text), how many requests,
     and their lengths."""
