@@ -18,8 +18,10 @@ from costmodel.inputs import (
     Pricing,
     Requirements,
     Traffic,
+    bills_every_hour,
 )
 from costmodel.model import (
+    PER_MILLION,
     LevelCost,
     MeasuredLevel,
     OperatingPoint,
@@ -33,7 +35,8 @@ from costmodel.model import (
     request_price,
     slo_problems,
 )
-from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices
+from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
+from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
 from costmodel.types import CostResult, Decision, EngineLevels, LatencyLimits, ProviderCost, ResolvedPricing
 from costmodel.verdict import verdict
@@ -50,10 +53,10 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     if pricing.gpu_usd_per_hour is not None:
         price = pricing.gpu_usd_per_hour
         label = f"{pricing.gpu or 'GPU'} at your price (${price:g}/GPU-h, {pricing.gpu_pricing})"
-        reserved = pricing.gpu_pricing == "reserved"
+        reserved = bills_every_hour(pricing.gpu_pricing)
     elif pricing.gpu:
         gpu = catalog.gpu(pricing.gpu, pricing.gpu_pricing)
-        price, label, reserved = gpu.usd_per_gpu_hour, gpu.label(), gpu.pricing == "reserved"
+        price, label, reserved = gpu.usd_per_gpu_hour, gpu.label(), bills_every_hour(gpu.pricing)
     else:
         raise PriceError("no GPU price: give --gpu NAME (e.g. h100-sxm) or --gpu-price USD_PER_GPU_HOUR, "
                          "or pricing.gpu in the scenario")
@@ -175,10 +178,51 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
                         "(set pricing.ops_usd_per_month)")
     if not resolved.providers and not resolved.references:
         warnings.append("no provider to compare with: set pricing.model or pass --provider")
+    warnings += _price_warnings(resolved, pricing, traffic, rows_used)
+    warnings += _sanity(results, pricing, resolved)
     return Decision(results, best, compared,
                     verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target),
                     rows, resolved, requirements, slo, pricing.slo_attainment_target,
                     tuple(stale_prices(rows_used, today)), today, tuple(warnings))
+
+
+def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffic | None,
+                    rows_used: Sequence[GpuPrice | ProviderPrice]) -> list[str]:
+    """What the prices themselves leave out: undated rows, serverless cold starts, a batch API without a discount."""
+    warnings = []
+    undated = undated_prices(rows_used)
+    if undated:
+        warnings.append(f"undated price(s), their source gives no date: {', '.join(undated)}")
+    kind = resolved.gpu.pricing if resolved.gpu else pricing.gpu_pricing
+    if kind == "serverless":
+        cold = resolved.gpu.cold_start_s if resolved.gpu else None
+        wait = f"about {cold:g} s" if cold is not None else "a time this price row does not give"
+        warnings.append(f"serverless GPUs bill per second and scale to zero: billed for the hours of operation "
+                        f"({resolved.assumptions.billed_hours_per_month:g} h/month here), and a request after an "
+                        f"idle spell waits a cold start ({wait}) that the measured TTFT does not include")
+    if traffic is not None and traffic.uses_batch_api and not any(
+            r.batch_discount for r in (*resolved.providers, *resolved.references)):
+        warnings.append("uses_batch_api: no compared price row has a batch discount, so none is applied "
+                        "(give one in a --prices file)")
+    return warnings
+
+
+def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedPricing) -> list[str]:
+    """Each engine's cost per 1M output tokens at its operating point against the published bands."""
+    a = resolved.assumptions
+    models = {r.model for r in resolved.providers}
+    model = pricing.model or (models.pop() if len(models) == 1 else None)
+    gpu = resolved.gpu.gpu if resolved.gpu else pricing.gpu
+    warnings = []
+    for result in results:
+        point = result.operating_point
+        cost = cost_per(a.replica_usd_per_hour, point.output_tokens_per_s, PER_MILLION) if point else None
+        if point is None or cost is None:
+            continue
+        concurrency = point.load if point.level.startswith("c") else None
+        warnings += [f"{result.engine} {point.level}: {text}" for text in sanity_warnings(
+            cost, model, gpu, a.gpus_per_replica, a.gpu_usd_per_hour, concurrency)]
+    return warnings
 
 
 def _best(results: tuple[CostResult, ...]) -> CostResult | None:

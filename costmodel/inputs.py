@@ -15,7 +15,17 @@ HOURS_PER_DAY = 24
 DAYS_PER_MONTH = HOURS_PER_MONTH / HOURS_PER_DAY
 DEFAULT_PEAK_TO_AVERAGE = 2.0
 
-PricingKind = Literal["on-demand", "spot", "reserved"]
+# How a GPU is rented. `reserved-1y` / `reserved-3y`: a 1- or 3-year commitment; `reserved`: a commitment of
+# another or unstated term. Every reserved kind bills all 730 hours of a month whether used or not.
+# `serverless`: billed per second of use and scaled to zero between requests, so billed hours follow the
+# hours of operation (as an autoscaled fleet's do), at the price of a cold start after an idle spell.
+PricingKind = Literal["on-demand", "spot", "reserved", "reserved-1y", "reserved-3y", "serverless"]
+RESERVED_KINDS = frozenset({"reserved", "reserved-1y", "reserved-3y"})
+
+
+def bills_every_hour(kind: str) -> bool:
+    """A reserved GPU bills all month; on-demand, spot and serverless GPUs only the hours they run."""
+    return kind in RESERVED_KINDS
 
 
 class Traffic(BaseModel):

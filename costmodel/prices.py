@@ -3,17 +3,23 @@
 The shipped catalogs live in `costmodel/prices/*.yaml`; a user's own file (`--prices FILE`) adds rows or
 replaces rows with the same id. A bad row is reported as `FILE: providers[3] (id 'x'): field: problem`.
 This is the only module of `costmodel` that reads files, and it reads only price YAML.
+
+Dates: `retrieved` is the day the figure was read, or `YYYY-MM` where the source gives only the month
+(stored as the month's first day, the earliest it can be, with `retrieved_precision: month`), or null where
+the source is undated. A row is a *default* (picked for a GPU name or a model id) only when it is dated,
+not `superseded_by` a newer row, and not marked `default: false`; every row stays choosable by its id.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,36 +31,86 @@ SHIPPED_FILES = ("gpus.yaml", "providers.yaml")
 GPU_ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "a100-80g": "a100-80gb", "4090": "rtx-4090",
                "rtx4090": "rtx-4090", "a10": "a10g"}
 ROW_ID = r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)+$"
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
 
 class PriceError(ValueError):
     """A price file or a price name the user gave is wrong; the message says which and what is accepted."""
 
 
-class GpuPrice(BaseModel):
-    """One GPU at one cloud at one pricing kind, per GPU-hour. Node prices (8 GPUs) are divided and say so."""
+class _Dated(BaseModel):
+    """Where a row's figure comes from and when it was read; whether a name may pick it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=ROW_ID)
+    source: str = Field(min_length=1)
+    retrieved: date | None
+    retrieved_precision: Literal["day", "month"] = "day"
+    superseded_by: str | None = Field(default=None, pattern=ROW_ID)
+    default: bool = True
+    note: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _month_only(cls, raw: Any) -> Any:
+        """`retrieved: 2026-06` (the month is all the source says) -> the 1st, with retrieved_precision month."""
+        if isinstance(raw, dict) and isinstance(raw.get("retrieved"), str):
+            month = _MONTH.match(raw["retrieved"].strip())
+            if month:
+                if raw.get("retrieved_precision", "month") != "month":
+                    raise ValueError("retrieved YYYY-MM goes with retrieved_precision month")
+                return {**raw, "retrieved": f"{month[1]}-{month[2]}-01", "retrieved_precision": "month"}
+        return raw
+
+    @model_validator(mode="after")
+    def _dated_or_said(self) -> _Dated:
+        if self.retrieved is None and self.retrieved_precision != "day":
+            raise ValueError("retrieved_precision needs a retrieved date")
+        if self.superseded_by == self.id:
+            raise ValueError("superseded_by names the row itself")
+        return self
+
+    @property
+    def is_default(self) -> bool:
+        """May a GPU name or a model id pick this row? Only a dated, current row not marked otherwise."""
+        return self.default and self.retrieved is not None and self.superseded_by is None
+
+    @property
+    def retrieved_text(self) -> str:
+        if self.retrieved is None:
+            return "undated"
+        return self.retrieved.strftime("%Y-%m") if self.retrieved_precision == "month" else self.retrieved.isoformat()
+
+
+class GpuPrice(_Dated):
+    """One GPU at one cloud at one pricing kind, per GPU-hour. Node prices (8 GPUs) are divided and say so;
+    a serverless row's hour is its per-second price x 3600."""
+
     gpu: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     cloud: str
     pricing: PricingKind
     usd_per_gpu_hour: float = Field(ge=0)
+    usd_per_gpu_second: float | None = Field(default=None, ge=0)
+    cold_start_s: float | None = Field(default=None, ge=0)
     gpus_per_node: int = Field(default=1, ge=1)
     node_usd_per_hour: float | None = Field(default=None, ge=0)
     commitment: str | None = None
-    source: str = Field(min_length=1)
-    retrieved: date
-    note: str = ""
 
     @model_validator(mode="after")
-    def _node_price_divides(self) -> GpuPrice:
+    def _prices_agree(self) -> GpuPrice:
         if self.node_usd_per_hour is not None:
             per_gpu = self.node_usd_per_hour / self.gpus_per_node
             if abs(per_gpu - self.usd_per_gpu_hour) > 0.005:
                 raise ValueError(f"usd_per_gpu_hour {self.usd_per_gpu_hour} is not node_usd_per_hour "
                                  f"{self.node_usd_per_hour} / gpus_per_node {self.gpus_per_node} = {per_gpu:.4f}")
+        if self.usd_per_gpu_second is not None:
+            hourly = self.usd_per_gpu_second * 3600
+            if abs(hourly - self.usd_per_gpu_hour) > 0.005:
+                raise ValueError(f"usd_per_gpu_hour {self.usd_per_gpu_hour} is not usd_per_gpu_second "
+                                 f"{self.usd_per_gpu_second} x 3600 = {hourly:.4f}")
+        if self.pricing != "serverless" and (self.usd_per_gpu_second is not None or self.cold_start_s is not None):
+            raise ValueError("usd_per_gpu_second and cold_start_s are for pricing: serverless")
         return self
 
     def label(self) -> str:
@@ -62,12 +118,9 @@ class GpuPrice(BaseModel):
         return f"{self.id} (${self.usd_per_gpu_hour:.2f}/GPU-h{per_node})"
 
 
-class ProviderPrice(BaseModel):
+class ProviderPrice(_Dated):
     """One model at one host, USD per million tokens. `usd_per_m_cached_input` defaults to the input price."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(pattern=ROW_ID)
     host: str
     model: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     model_name: str = ""
@@ -77,9 +130,6 @@ class ProviderPrice(BaseModel):
     usd_per_m_output: float = Field(ge=0)
     batch_discount: float = Field(default=0.0, ge=0, lt=1)
     quantization: str | None = None
-    source: str = Field(min_length=1)
-    retrieved: date
-    note: str = ""
 
     @property
     def cached_input(self) -> float:
@@ -93,21 +143,32 @@ class PriceCatalog:
     origins: tuple[str, ...] = ()
 
     def gpu(self, name: str, pricing: PricingKind = "on-demand") -> GpuPrice:
-        """A row id, or a GPU name: its median-priced row of that pricing kind (lower median)."""
+        """A row id (any row), or a GPU name: the median-priced default row of that pricing kind (lower median)
+        among single-GPU rows; 8-GPU node shares count only where no single-GPU row has a price."""
         by_id = {row.id: row for row in self.gpus}
         if name in by_id:
             return by_id[name]
         gpu = GPU_ALIASES.get(name.lower(), name.lower())
-        rows = sorted((r for r in self.gpus if r.gpu == gpu and r.pricing == pricing),
-                      key=lambda r: (r.usd_per_gpu_hour, r.id))
+        rows = self.gpu_pool(gpu, pricing)
         if rows:
             return rows[(len(rows) - 1) // 2]
+        others = [r for r in self.gpus if r.gpu == gpu and r.pricing == pricing]
+        if others:
+            raise PriceError(f"--gpu {name}: the catalog's {pricing} prices for {gpu} are history or undated "
+                             f"only; name one by its id ({', '.join(r.id for r in others)}) or give --gpu-price")
         if any(r.gpu == gpu for r in self.gpus):
             kinds = sorted({r.pricing for r in self.gpus if r.gpu == gpu})
             raise PriceError(f"--gpu {name}: no {pricing} price for {gpu}; the catalog has {', '.join(kinds)}")
         raise PriceError(f"unknown GPU '{name}'{_did_you_mean(name, [*self.gpu_names(), *by_id])}; known GPUs: "
                          f"{', '.join(self.gpu_names())} (or a price row id such as {self.gpus[0].id}, "
                          f"or your own price with --gpu-price)")
+
+    def gpu_pool(self, gpu: str, pricing: PricingKind) -> list[GpuPrice]:
+        """The rows a GPU name chooses among, cheapest first: default rows of the kind, single-GPU ones when any."""
+        gpu = GPU_ALIASES.get(gpu.lower(), gpu.lower())
+        rows = [r for r in self.gpus if r.gpu == gpu and r.pricing == pricing and r.is_default]
+        single = [r for r in rows if r.gpus_per_node == 1]
+        return sorted(single or rows, key=lambda r: (r.usd_per_gpu_hour, r.id))
 
     def gpu_rows(self, gpu: str) -> list[GpuPrice]:
         gpu = GPU_ALIASES.get(gpu.lower(), gpu.lower())
@@ -117,10 +178,17 @@ class PriceCatalog:
         return sorted({r.gpu for r in self.gpus})
 
     def provider_rows(self, names: Iterable[str]) -> list[ProviderPrice]:
-        """Each name is a row id (`together/llama-3.1-8b`) or a model id (`llama-3.1-8b`: all its hosts)."""
+        """Each name is a row id (`together/llama-3.1-8b`: that row, whatever its date) or a model id
+        (`llama-3.1-8b`: its hosts' default rows)."""
         chosen: dict[str, ProviderPrice] = {}
         for name in names:
-            rows = [r for r in self.providers if name in (r.id, r.model)]
+            rows = [r for r in self.providers if r.id == name]
+            if not rows:
+                of_model = [r for r in self.providers if r.model == name]
+                rows = [r for r in of_model if r.is_default]
+                if of_model and not rows:
+                    raise PriceError(f"--provider {name}: the catalog's prices for this model are history, undated "
+                                     f"or over a year old; name a row by its id ({', '.join(r.id for r in of_model)})")
             if not rows:
                 known = sorted({r.model for r in self.providers} | {r.id for r in self.providers})
                 raise PriceError(f"unknown provider '{name}'{_did_you_mean(name, known)}; give a price row id "
@@ -197,7 +265,13 @@ class StalePrice:
 
 def stale_prices(rows: Iterable[GpuPrice | ProviderPrice], today: date,
                  max_age_days: int = MAX_PRICE_AGE_DAYS) -> list[StalePrice]:
-    """Rows retrieved more than `max_age_days` before `today`, oldest first."""
+    """Dated rows retrieved more than `max_age_days` before `today`, oldest first (a month-only date counts
+    from the month's first day). Undated rows are not here: `undated_prices` names them."""
     stale = [StalePrice(r.id, r.retrieved, (today - r.retrieved).days) for r in rows
-             if (today - r.retrieved).days > max_age_days]
+             if r.retrieved is not None and (today - r.retrieved).days > max_age_days]
     return sorted(stale, key=lambda s: (-s.age_days, s.id))
+
+
+def undated_prices(rows: Iterable[GpuPrice | ProviderPrice]) -> list[str]:
+    """The ids of rows whose source gives no date (chosen by id: a name never picks them)."""
+    return sorted(r.id for r in rows if r.retrieved is None)

@@ -1,9 +1,9 @@
 """How much the answer depends on each assumption: change one at a time, recompute, and compare.
 
 Each row varies one input over a plausible range (COSTMODEL.md, "Report it honestly"): GPU price (spot,
-reserved, the on-demand range), throughput +-30 %, peak-to-average 1 to 3, hours of operation, operations
-cost, the provider's price range, the prompt-cache hit rate. Each variation gives both monthly costs at the
-traffic's volume (when known) and the crossover volume.
+reserved, serverless, the on-demand range), throughput +-30 %, peak-to-average 1 to 3, hours of operation,
+operations cost, the provider's price range, the prompt-cache hit rate. Each variation gives both monthly
+costs at the traffic's volume (when known) and the crossover volume.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from common.units import usd
 from costmodel.fleet import crossover, fleet_for
-from costmodel.inputs import HOURS_PER_MONTH
+from costmodel.inputs import HOURS_PER_MONTH, bills_every_hour
 from costmodel.model import request_price
 from costmodel.prices import PriceCatalog, ProviderPrice
 from costmodel.types import (
@@ -78,19 +78,18 @@ def _gpu_prices(resolved: ResolvedPricing, catalog: PriceCatalog, run: Run) -> t
     a = resolved.assumptions
     if resolved.gpu is None:
         return tuple(run(f"{f - 1:+.0%}", a=replace(a, gpu_usd_per_hour=a.gpu_usd_per_hour * f)) for f in PRICE_RANGE)
-    rows = catalog.gpu_rows(resolved.gpu.gpu)
+    gpu = resolved.gpu.gpu
     picks = []
-    for kind in ("spot", "reserved"):
-        of_kind = sorted((r for r in rows if r.pricing == kind), key=lambda r: r.usd_per_gpu_hour)
-        picks += of_kind[:1]
-    on_demand = sorted((r for r in rows if r.pricing == "on-demand"), key=lambda r: r.usd_per_gpu_hour)
+    for kind in ("spot", "reserved-1y", "reserved-3y", "reserved", "serverless"):
+        picks += catalog.gpu_pool(gpu, kind)[:1]  # the cheapest default row of each other kind
+    on_demand = catalog.gpu_pool(gpu, "on-demand")  # the rows the median is taken over
     picks += [on_demand[0], on_demand[-1]] if on_demand else []
     variations, seen = [], {resolved.gpu.id}
     for row in picks:
         if row.id in seen:
             continue
         seen.add(row.id)
-        reserved = row.pricing == "reserved"
+        reserved = bills_every_hour(row.pricing)
         billed = HOURS_PER_MONTH if reserved else a.hours_of_operation
         changed = replace(a, gpu_usd_per_hour=row.usd_per_gpu_hour, billed_hours_per_month=billed,
                           autoscale=not reserved)

@@ -1,10 +1,12 @@
 """The whole decision, with the sanity examples worked out independently by hand, to the cent.
 
-Example 1: Llama 3.1 8B on one H100 SXM at $2.99/h (lambda/h100-sxm/on-demand), 2,400 output tokens/s at
-the SLO with 256 input + 128 output tokens per request, 3.0 B tokens/month, peak 2x the average, always on,
-80 % headroom, one spare, $2,000/month of operations; against Together at $0.18 / $0.18 per 1M tokens.
+Example 1: Llama 3.1 8B on one H100 SXM at $2.99/h, 2,400 output tokens/s at the SLO with 256 input + 128
+output tokens per request, 3.0 B tokens/month, peak 2x the average, always on, 80 % headroom, one spare,
+$2,000/month of operations; against Together at $0.18 / $0.18 per 1M tokens.
 Example 2: Llama 3.3 70B on 2 x H100 at $2.99/h, 1,500 output tokens/s per replica, 50 B tokens/month,
 peak 1.5x, $4,000/month of operations; against Together at $0.88 / $0.88.
+The examples' prices are pinned here (EXAMPLES), so their arithmetic stays put when the shipped catalog
+is refreshed; the tests of names and defaults use the shipped catalog (CATALOG).
 """
 
 from __future__ import annotations
@@ -15,11 +17,22 @@ import pytest
 
 from costmodel.decide import decide
 from costmodel.inputs import Pricing, Requirements, Traffic
-from costmodel.prices import PriceError, load_catalog
+from costmodel.prices import PriceError, load_catalog, parse_price_file
 from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
 
 CATALOG = load_catalog()
-TODAY = date(2025, 6, 1)
+TODAY = date(2026, 12, 1)
+EXAMPLE_ROWS = """providers:
+  - {id: together/llama-3.1-8b, host: together, model: llama-3.1-8b, usd_per_m_input: 0.18, usd_per_m_output: 0.18,
+     source: "https://example.test/together", retrieved: 2026-10-06}
+  - {id: together/llama-3.3-70b, host: together, model: llama-3.3-70b, usd_per_m_input: 0.88, usd_per_m_output: 0.88,
+     source: "https://example.test/together", retrieved: 2026-10-06}
+  - {id: openai/gpt-4o-mini, host: openai, model: gpt-4o-mini, open_weights: false, usd_per_m_input: 0.15,
+     usd_per_m_cached_input: 0.075, usd_per_m_output: 0.60, source: "https://example.test/openai",
+     retrieved: 2026-10-06}
+"""
+EXAMPLES = parse_price_file(EXAMPLE_ROWS, "examples.yaml")
+H100_AT_2_99 = {"gpu": "h100-sxm", "gpu_usd_per_hour": 2.99}
 
 
 def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) -> EngineLevels:
@@ -28,12 +41,12 @@ def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) ->
                                               mean_input_tokens=isl, mean_output_tokens=osl, num_ok=100),))
 
 
-def example_1(**pricing: object) -> object:
+def example_1(catalog: object = EXAMPLES, **pricing: object) -> object:
     return decide([one_level(2400)], LatencyLimits(), Traffic(monthly_tokens=3e9, peak_to_average=2.0),
-                  Pricing(**{"gpu": "lambda/h100-sxm/on-demand", "ops_usd_per_month": 2000,  # type: ignore[arg-type]
+                  Pricing(**{**H100_AT_2_99, "ops_usd_per_month": 2000,  # type: ignore[arg-type]
                              "providers": ["together/llama-3.1-8b"], "references": ["openai/gpt-4o-mini"],
                              **pricing}),
-                  Requirements(), CATALOG, TODAY)
+                  Requirements(), catalog, TODAY)  # type: ignore[arg-type]
 
 
 def test_sanity_example_1_small_model_pays_per_token() -> None:
@@ -75,8 +88,8 @@ def test_sanity_example_1_closed_reference_crosses_over_at_363_billion_tokens() 
 
 def test_sanity_example_2_large_model_self_hosts() -> None:
     d = decide([one_level(1500)], LatencyLimits(), Traffic(monthly_tokens=50e9, peak_to_average=1.5),
-               Pricing(gpu="lambda/h100-sxm/on-demand", gpus_per_replica=2, ops_usd_per_month=4000,
-                       providers=["together/llama-3.3-70b"]), Requirements(), CATALOG, TODAY)
+               Pricing(**H100_AT_2_99, gpus_per_replica=2, ops_usd_per_month=4000,  # type: ignore[arg-type]
+                       providers=["together/llama-3.3-70b"]), Requirements(), EXAMPLES, TODAY)
     best = d.best
     # R* = 1,500 / 128 = 11.71875; N = 50e9 / 384 = 130,208,333.33; peak = 1.5 * N / 2,628,000 = 74.32 req/s;
     # u R* = 9.375 -> ceil(7.93) = 8 serving + 1 spare = 9 replicas x 2 GPUs = 18 GPUs
@@ -105,13 +118,13 @@ def test_a_requirement_decides_and_the_cost_section_still_sizes_it() -> None:
 
 
 def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
-    pricing = Pricing(gpu="lambda/h100-sxm/on-demand", providers=["openai/gpt-4o-mini"])
-    d = decide([one_level(2400)], LatencyLimits(), None, pricing, Requirements(), CATALOG, TODAY)
+    pricing = Pricing(**H100_AT_2_99, providers=["openai/gpt-4o-mini"])  # type: ignore[arg-type]
+    d = decide([one_level(2400)], LatencyLimits(), None, pricing, Requirements(), EXAMPLES, TODAY)
     assert d.best.fleet is None and d.verdict.answer == "depends-on-volume"
     assert "above" in d.verdict.headline and any("No traffic volume given" in line for line in d.verdict.lines)
     assert any("peak-to-average 2 (assumed" in text for text in d.pricing.assumed)
-    no_cross = decide([one_level(2400)], LatencyLimits(), None, Pricing(gpu="lambda/h100-sxm/on-demand",
-                                                              model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+    no_cross = decide([one_level(2400)], LatencyLimits(), None, Pricing(**H100_AT_2_99, model="llama-3.1-8b"),  # type: ignore[arg-type]
+                      Requirements(), EXAMPLES, TODAY)
     assert no_cross.verdict.answer == "pay-per-token" and "at any volume" in no_cross.verdict.headline
 
 
@@ -134,7 +147,10 @@ def test_the_cheaper_engine_is_the_one_the_verdict_uses() -> None:
 
 
 def test_compared_to_the_cheapest_host_of_the_same_open_model() -> None:
-    d = example_1(providers=["llama-3.1-8b"])
+    d = decide([one_level(2400)], LatencyLimits(), Traffic(monthly_tokens=3e9),
+               Pricing(**H100_AT_2_99, model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)  # type: ignore[arg-type]
+    # the shipped 8B hosts: deepinfra 0.02 / 0.04 is the cheapest ((256 * 0.02 + 128 * 0.04) / 1e6 per request)
+    assert d.compared_to.id == "deepinfra/llama-3.1-8b"
     cheapest = min((p for p in d.best.providers if not p.is_secondary), key=lambda p: p.usd_per_request)
     assert d.compared_to.id == cheapest.id and d.compared_to.open_weights
 
@@ -156,7 +172,27 @@ def test_your_own_gpu_price_wins_and_zero_is_allowed() -> None:
     assert "my-rack at your price" in d.pricing.gpu_label
 
 
-def test_stale_prices_are_listed_and_reserved_gpus_bill_every_hour() -> None:
-    d = example_1(gpu="lambda/h100-sxm/reserved")
-    assert {s.id for s in d.stale_prices} >= {"lambda/h100-sxm/reserved", "together/llama-3.1-8b"}
+@pytest.mark.parametrize("row", ["together/h100-sxm/reserved-1y", "my-rack"])
+def test_reserved_gpus_bill_every_hour(row: str) -> None:
+    """A 1-year reservation from the catalog, or a 3-year one at your own price: 730 billed hours, no autoscaling."""
+    pricing = {"gpu": row, "gpu_usd_per_hour": None} if "/" in row else \
+        {"gpu": row, "gpu_usd_per_hour": 2.0, "gpu_pricing": "reserved-3y"}
+    d = example_1(CATALOG, **pricing, references=[])
     assert d.pricing.assumptions.billed_hours_per_month == 730 and not d.pricing.assumptions.autoscale
+
+
+def test_serverless_gpus_bill_the_hours_of_operation_and_warn_of_cold_starts() -> None:
+    d = decide([one_level(2400)], LatencyLimits(), Traffic(monthly_tokens=3e9, hours_per_month=260),
+               Pricing(gpu="h100-sxm", gpu_pricing="serverless", model="llama-3.1-8b"), Requirements(), CATALOG,
+               TODAY)
+    assert d.pricing.gpu.id == "modal/h100-sxm/serverless"  # the only dated serverless H100 row
+    assert d.pricing.assumptions.billed_hours_per_month == 260 and d.pricing.assumptions.autoscale
+    assert any("cold start (a time this price row does not give)" in w for w in d.warnings)
+
+
+def test_stale_and_undated_prices_are_named() -> None:
+    d = example_1(CATALOG, gpu="runpod/h100-sxm/serverless", gpu_usd_per_hour=None, providers=["cerebras/llama-3.1-8b"],
+                  references=[])
+    # on 2026-12-01, cerebras (2025-11-07) is 389 days old; the RunPod serverless row has no date at all
+    assert [(s.id, s.age_days) for s in d.stale_prices] == [("cerebras/llama-3.1-8b", 389)]
+    assert "undated price(s), their source gives no date: runpod/h100-sxm/serverless" in d.warnings

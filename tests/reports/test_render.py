@@ -18,7 +18,7 @@ from bench.rundir import summarize_run
 from bench.scenario import DecisionSettings, load_scenario
 from reports.plots import PLOTS
 
-TODAY = date(2025, 6, 1)
+TODAY = date(2026, 12, 1)
 
 
 def settings_for(name: str = "chat", **changes: object) -> DecisionSettings:
@@ -48,7 +48,7 @@ def test_report_of_a_real_sweep_puts_the_verdict_first_and_every_figure_in_json(
         assert level["cost"]["usd_per_m_output_tokens"] == pytest.approx(per_m_output)
     assert {p["name"] for p in data["plots"]} == set(PLOTS)
     assert all((tmp_path / p["file"]).is_file() for p in data["plots"])
-    assert {"llama-3.1-8b", "lambda/h100-sxm/on-demand"} <= set(re.findall(r"[a-z0-9./-]+", html))
+    assert {"llama-3.1-8b", "together/h100-sxm/on-demand"} <= set(re.findall(r"[a-z0-9./-]+", html))
     assert "older than 90 days" in html  # the shipped prices are dated, and they are old
 
 

@@ -31,8 +31,8 @@ def test_bench_report_writes_the_three_files_and_prints_the_verdict(complete_run
 def test_bench_cost_matches_the_hand_computed_sanity_example_to_the_cent() -> None:
     # tests/costmodel/test_decide.py, example 1: $6,365.40 self-hosted, $540.00 at Together, $900.00 at
     # GPT-4o mini, which self-hosting undercuts above 363,174,333,333.33 tokens/month.
-    args = ["cost", "--throughput", "2400", "--input-tokens", "256", "--output-tokens", "128", "--gpu",
-            "lambda/h100-sxm/on-demand", "--provider", "together/llama-3.1-8b", "--provider", "openai/gpt-4o-mini",
+    args = ["cost", "--throughput", "2400", "--input-tokens", "256", "--output-tokens", "128", "--gpu", "h100-sxm",
+            "--gpu-price", "2.99", "--provider", "together/llama-3.1-8b", "--provider", "openai/gpt-4o-mini",
             "--monthly-tokens", "3e9", "--peak-to-average", "2", "--hours", "730", "--ops-cost", "2000"]
     result = bench(*args)
     assert result.returncode == 0, result.stderr
@@ -45,7 +45,7 @@ def test_bench_cost_matches_the_hand_computed_sanity_example_to_the_cent() -> No
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--gpu", "h1000"], "unknown GPU 'h1000' (did you mean h200 or h100-sxm?)"),
+    (["--gpu", "h1000"], "unknown GPU 'h1000' (did you mean h200 or h100-sxm or h100-nvl?)"),
     (["--provider", "acme/llama"], "unknown provider 'acme/llama'"),
     (["--prices", "PRICES"], "providers[0] (id 'acme/llama-3.1-8b'): usd_per_m_output: Field required"),
     (["--prices", "nope.yaml"], "--prices nope.yaml: no such file"),
