@@ -173,6 +173,7 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
                      missing=missing, cut_short=cut_short, notes=tuple(notes),
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
+                     gpu_views=tuple(rundir.gpu_views(run_dir)), telemetry=info.telemetry,
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
                      capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),

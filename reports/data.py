@@ -16,6 +16,7 @@ from typing import Any
 from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, ProviderCost
 from loadgen.types import LevelSummary, RepeatedLevel
+from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
 from reports.provider import provider_block
 
@@ -211,7 +212,8 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -
             "warnings": result.warnings, "levels": levels,
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views],
-            "provider": provider_block(run.summaries, run.bills)}
+            "provider": provider_block(run.summaries, run.bills),
+            "energy": energy_block(run.summaries, run.gpu_views, run.telemetry)}
 
 
 def _repeated(level: RepeatedLevel) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.types import CostCurve, Decision, LevelBill
-from loadgen.types import DatasetInfo, LevelSummary, RepeatedLevel, ServerView
+from loadgen.types import DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class ReportRun:
     workload: str | None = None  # otherwise the synthetic workload's lengths, in words
     keep_text: bool = False  # requests.jsonl holds the prompts and answers (--keep-text)
     bills: tuple[LevelBill, ...] = ()  # each level's usage at the compared provider's prices
+    gpu_views: tuple[GpuView, ...] = ()  # each level as its GPUs saw it (power, utilization), when read
+    telemetry: dict[str, Any] | None = None  # run.json's telemetry: what was sampled, and why not
 
 
 @dataclass(frozen=True)

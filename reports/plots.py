@@ -224,6 +224,28 @@ def sensitivity_plot(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def power_plot(data: dict[str, Any]) -> bytes | None:
+    """The GPUs' power and utilization against load, where they were read."""
+    engines = [e for e in data["engines"] if e.get("energy", {}).get("measured")]
+    if not engines:
+        return None
+    fig, (power_ax, util_ax) = plt.subplots(1, 2, figsize=(SIZE[0] * 1.25, SIZE[1]))
+    for engine, color in zip(engines, _colors(), strict=False):
+        levels = sorted((lv for lv in engine["energy"]["levels"] if lv["kind"] == engine["kind"]),
+                        key=lambda lv: lv["load"])
+        loads = [lv["load"] for lv in levels]
+        power_ax.plot(loads, [lv["mean_power_w"] for lv in levels], "o-", color=color, label=engine["engine"])
+        util_ax.plot(loads, [lv["mean_utilization_pct"] for lv in levels], "o-", color=color, label=engine["engine"])
+    for ax, title, label in ((power_ax, "GPU power (all GPUs of a replica)", "W"),
+                             (util_ax, "GPU utilization", "% (mean over GPUs)")):
+        _load_axis(ax, engines)
+        ax.set_title(title)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def _signed(value: float) -> str:
     return ("-" if value < 0 else "+") + _money(abs(value))
 
@@ -234,6 +256,7 @@ PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], bytes | None]]] = {
     "cost_per_token": ("Cost per million tokens vs concurrency, against provider prices", cost_per_token_plot),
     "monthly_cost": ("Monthly cost vs monthly volume, with the crossover", monthly_cost_plot),
     "sensitivity": ("Sensitivity of the monthly saving to each assumption", sensitivity_plot),
+    "power": ("GPU power and utilization vs load", power_plot),
 }
 
 
