@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import date
 
 from costmodel.fleet import Assumptions, FleetPlan, crossover, fleet_for
+from costmodel.hardware import gpu_spec
 from costmodel.inputs import (
     DEFAULT_PEAK_TO_AVERAGE,
     HOURS_PER_MONTH,
@@ -35,11 +36,12 @@ from costmodel.model import (
     request_price,
     slo_problems,
 )
+from costmodel.owned import compare_owned
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
 from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
 from costmodel.types import CostResult, Decision, EngineLevels, LatencyLimits, ProviderCost, ResolvedPricing
-from costmodel.verdict import verdict
+from costmodel.verdict import verdict, with_owned
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
 MIX_MISMATCH = 0.10  # input share of the traffic vs the measured workload, before a warning
@@ -180,10 +182,34 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
         warnings.append("no provider to compare with: set pricing.model or pass --provider")
     warnings += _price_warnings(resolved, pricing, traffic, rows_used)
     warnings += _sanity(results, pricing, resolved)
-    return Decision(results, best, compared,
-                    verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target),
-                    rows, resolved, requirements, slo, pricing.slo_attainment_target,
-                    tuple(stale_prices(rows_used, today)), today, tuple(warnings))
+    said = verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target)
+    owned = None
+    if best is not None and pricing.owned is not None:
+        power = _owned_power(best, pricing)
+        if power is None:
+            warnings.append("pricing.owned: no power per GPU: the GPUs were not read and the hardware catalog does "
+                            f"not know '{pricing.gpu}'; set pricing.owned.power_w_per_gpu")
+        else:
+            owned = compare_owned(best, compared, resolved.assumptions, resolved.monthly_tokens, pricing.owned, power)
+            said = with_owned(said, owned, requirements)
+    return Decision(results, best, compared, said, rows, resolved, requirements, slo, pricing.slo_attainment_target,
+                    tuple(stale_prices(rows_used, today)), today, tuple(warnings), owned)
+
+
+def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None:
+    """Watts per GPU for owned hardware: the scenario's figure, else the draw measured at the operating
+    point, else the board power of the GPU priced."""
+    assert pricing.owned is not None
+    if pricing.owned.power_w_per_gpu is not None:
+        return pricing.owned.power_w_per_gpu, "as the scenario gives it (pricing.owned.power_w_per_gpu)"
+    point = best.operating_point
+    if point is not None and point.power_w_per_gpu is not None:
+        return point.power_w_per_gpu, f"measured: the GPUs' mean draw at the operating point ({point.level})"
+    spec = gpu_spec(pricing.gpu)
+    if spec is None:
+        return None
+    return spec.board_power_w, (f"the {spec.name}'s board power from the hardware catalog (not measured here: "
+                                "an upper bound on its draw)")
 
 
 def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffic | None,

@@ -90,6 +90,27 @@ class Traffic(BaseModel):
         return self.monthly_input_tokens / total
 
 
+class Owned(BaseModel):
+    """Hardware you own, or would buy: its purchase spread over its life, plus hosting, power and cooling.
+
+    Figures are yours (a quote, a colocation contract, the electricity tariff): no catalog gives purchase
+    prices. `power_w_per_gpu` left unset means: the GPUs' draw as measured at the operating load, else the
+    GPU's board power from the hardware catalog (an upper bound), and the report says which.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server_usd: float = Field(gt=0)  # the purchase price of one server, GPUs included
+    gpus_per_server: int = Field(default=8, ge=1)
+    amortization_years: float = Field(gt=0, le=15)
+    residual_share: float = Field(default=0.0, ge=0, lt=1)  # of the price, recovered at the end of its life
+    hosting_usd_per_server_month: float = Field(default=0.0, ge=0)  # colocation, or the share of a data centre
+    power_w_per_gpu: float | None = Field(default=None, gt=0)
+    server_overhead_w: float = Field(default=0.0, ge=0)  # CPUs, memory, fans, NICs of one server
+    pue: float = Field(default=1.3, ge=1, le=3)  # facility power over IT power (cooling, conversion)
+    usd_per_kwh: float = Field(ge=0)
+
+
 class Pricing(BaseModel):
     """The money side: which GPU at what price, how a fleet is sized, and which providers to compare.
 
@@ -106,6 +127,7 @@ class Pricing(BaseModel):
     gpu_pricing: PricingKind = "on-demand"
     gpu_usd_per_hour: float | None = Field(default=None, ge=0)
     gpus_per_replica: int = Field(default=1, ge=1)
+    owned: Owned | None = None  # compare owning this hardware too (own vs rent vs pay per token)
     providers: list[str] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
     ops_usd_per_month: float = Field(default=0.0, ge=0)

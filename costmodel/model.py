@@ -138,7 +138,7 @@ def at_level(level: MeasuredLevel, next_failing: str | None, limited_by: str) ->
         per_request = level.output_tokens_per_s / level.request_per_s
         tokens_range = (rate_range[0] * per_request, rate_range[1] * per_request)
     return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, next_failing,
-                          limited_by, rate_range, tokens_range, level.num_repeats)
+                          limited_by, rate_range, tokens_range, level.num_repeats, level.power_w_per_gpu)
 
 
 def request_price(price: ProviderPrice, isl: float, osl: float, cache_hit_rate: float = 0.0,

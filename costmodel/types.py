@@ -59,6 +59,7 @@ class MeasuredLevel:
     request_per_s_range: tuple[float, float] | None = None
     num_repeats: int = 1
     ttfvt_p95_ms: float | None = None  # to the first visible token (a reasoning model's reasoning before it)
+    power_w_per_gpu: float | None = None  # the GPUs' mean draw at this level, where they were read
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class OperatingPoint:
     request_per_s_range: tuple[float, float] | None = None
     output_tokens_per_s_range: tuple[float, float] | None = None
     num_repeats: int = 1
+    power_w_per_gpu: float | None = None  # the GPUs' mean draw at this load, where they were read
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,7 @@ class Decision:
     stale_prices: tuple[StalePrice, ...]
     today: date
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    owned: OwnedComparison | None = None  # with pricing.owned: own vs rent vs pay per token
 
 
 @dataclass(frozen=True)
@@ -348,3 +351,51 @@ class LevelBill:
     output_usd: float
     assumed_cache_hit_rate: float
     mismatches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OwnedServerCost:
+    """One owned server for a month: its purchase spread over its life, hosting, and the energy it draws."""
+
+    capex_usd: float  # (price - residual) / months of life
+    hosting_usd: float
+    energy_usd: float
+    energy_kwh: float  # at the wall: the GPUs' draw and the server's overhead, times PUE
+    power_w_per_gpu: float
+    power_source: str  # "measured at c8 ..." or "board power ... (not measured)"
+
+    @property
+    def total_usd(self) -> float:
+        return self.capex_usd + self.hosting_usd + self.energy_usd
+
+
+@dataclass(frozen=True)
+class OwnedFleet:
+    """The servers a traffic needs (whole servers: GPUs come eight to a box), and their monthly cost."""
+
+    monthly_tokens: float
+    replicas: int  # serving + spare, sized for the peak (owned hardware does not scale to zero)
+    gpus_used: int
+    servers: int
+    server: OwnedServerCost
+    ops_usd_per_month: float
+    monthly_usd: float
+    purchase_usd: float
+
+
+@dataclass(frozen=True)
+class OwnedComparison:
+    """Own vs rent vs pay per token at the traffic given, the crossovers between each pair, the payback."""
+
+    usd_per_gpu_hour: float  # all-in, for one GPU of an owned server running all month
+    server: OwnedServerCost
+    fleet: OwnedFleet | None
+    rent_monthly_usd: float | None
+    provider_id: str | None
+    provider_monthly_usd: float | None
+    own_beats_rent_above: float | None  # monthly tokens; None: not within the volumes looked at
+    own_beats_provider_above: float | None
+    payback_months_vs_rent: float | None  # None: owning saves nothing on renting at this traffic
+    payback_months_vs_provider: float | None
+    sensitivity: tuple[SensitivityRow, ...] = ()
+    notes: tuple[str, ...] = ()

@@ -7,10 +7,11 @@ Answers: `self-host`, `pay-per-token`, `self-host-required` (a requirement decid
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from common.units import tokens, usd
 from costmodel.inputs import Requirements
-from costmodel.types import CostResult, LatencyLimits, ProviderCost, ResolvedPricing, Verdict
+from costmodel.types import CostResult, LatencyLimits, OwnedComparison, ProviderCost, ResolvedPricing, Verdict
 
 
 def verdict(results: Sequence[CostResult], best: CostResult | None, compared: ProviderCost | None,
@@ -145,3 +146,46 @@ def _required(requirements: Requirements, lines: list[str], self_usd: float | No
     if self_usd is not None:
         head += f" It costs {usd(self_usd)}/month."
     return Verdict("self-host-required", head, tuple(lines), self_usd, api_usd, cross_tokens)
+
+
+def with_owned(said: Verdict, owned: OwnedComparison | None, requirements: Requirements) -> Verdict:
+    """The verdict with owning beside renting and paying per token: its lines, and its answer when owning
+    is the cheapest of the three."""
+    if owned is None:
+        return said
+    lines = [*said.lines, *owned_lines(owned)]
+    fleet, rent, api = owned.fleet, owned.rent_monthly_usd, owned.provider_monthly_usd
+    if fleet is None or rent is None or said.answer in ("self-host-required", "undecided"):
+        return replace(said, lines=tuple(lines))
+    own = fleet.monthly_usd
+    if api is not None and own < min(rent, api):
+        head = (f"Own the hardware: {usd(own)}/month for {fleet.servers} server(s), against {usd(rent)}/month "
+                f"renting and {usd(api)}/month at {owned.provider_id}.")
+        return Verdict("self-host", head, tuple(lines), own, api, said.crossover_tokens)
+    return replace(said, lines=tuple(lines))
+
+
+def owned_lines(owned: OwnedComparison) -> list[str]:
+    s, fleet = owned.server, owned.fleet
+    lines = [f"Owned: a server costs {usd(s.total_usd)}/month ({usd(s.capex_usd)} purchase spread over its life, "
+             f"{usd(s.hosting_usd)} hosting, {usd(s.energy_usd)} for {s.energy_kwh:,.0f} kWh), "
+             f"{usd(owned.usd_per_gpu_hour)} per GPU-hour; power {s.power_w_per_gpu:,.0f} W per GPU, "
+             f"{s.power_source}."]
+    if fleet is not None:
+        three = f"own {usd(fleet.monthly_usd)} ({fleet.servers} server(s), {fleet.gpus_used} GPUs used)"
+        if owned.rent_monthly_usd is not None:
+            three += f", rent {usd(owned.rent_monthly_usd)}"
+        if owned.provider_monthly_usd is not None:
+            three += f", pay per token {usd(owned.provider_monthly_usd)} ({owned.provider_id})"
+        lines.append(f"Per month at {tokens(fleet.monthly_tokens)} tokens: {three}.")
+        paybacks = [f"{months:,.0f} months against {what}" for months, what in
+                    ((owned.payback_months_vs_rent, "renting"), (owned.payback_months_vs_provider, "paying per token"))
+                    if months is not None]
+        lines.append(f"The purchase ({usd(fleet.purchase_usd)}) pays back in " + " and ".join(paybacks) + "."
+                     if paybacks else "At this traffic owning saves nothing each month: the purchase never pays back.")
+    rent_at, api_at = owned.own_beats_rent_above, owned.own_beats_provider_above
+    lines.append("Owning beats renting " + (f"above {tokens(rent_at)} tokens/month" if rent_at else "at no volume")
+                 + (f", and beats {owned.provider_id} above {tokens(api_at)} tokens/month" if api_at
+                    else f", and never beats {owned.provider_id}" if owned.provider_id else "")
+                 + " (whole servers: a sawtooth, not a line).")
+    return lines

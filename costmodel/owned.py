@@ -1,0 +1,165 @@
+"""Owning the hardware: what a server costs a month, the fleet of whole servers a traffic needs, and how it
+compares with renting GPUs and with paying per token.
+
+A server's month is its purchase less its residual value spread over its life, its hosting, and the energy
+it draws at the wall: (GPUs x power per GPU + the server's overhead) x PUE x 730 h x the price of a kWh.
+The power per GPU is the draw measured at the operating load when the GPUs were read, else the board power
+(an upper bound). Owned hardware runs all month and does not scale to zero, so the fleet is sized for the
+peak like an always-on rented one, then rounded up to whole servers. Every cost is a step function of the
+volume; the crossovers are found on those steps (a fine geometric grid, then bisection to the edge).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from costmodel.fleet import fleet_for
+from costmodel.inputs import HOURS_PER_MONTH, Owned
+from costmodel.types import (
+    Assumptions,
+    CostResult,
+    OwnedComparison,
+    OwnedFleet,
+    OwnedServerCost,
+    ProviderCost,
+    SensitivityRow,
+    Variation,
+)
+
+MONTHS_PER_YEAR = 12
+SEARCH_TOKENS = (1e6, 1e15)  # the monthly volumes a crossover is looked for in
+GRID_POINTS = 1500
+BISECTIONS = 80
+
+
+def server_month(owned: Owned, power_w_per_gpu: float, power_source: str) -> OwnedServerCost:
+    capex = owned.server_usd * (1 - owned.residual_share) / (owned.amortization_years * MONTHS_PER_YEAR)
+    it_kw = (owned.gpus_per_server * power_w_per_gpu + owned.server_overhead_w) / 1000
+    kwh = it_kw * owned.pue * HOURS_PER_MONTH
+    return OwnedServerCost(capex_usd=capex, hosting_usd=owned.hosting_usd_per_server_month,
+                           energy_usd=kwh * owned.usd_per_kwh, energy_kwh=kwh, power_w_per_gpu=power_w_per_gpu,
+                           power_source=power_source)
+
+
+def usd_per_gpu_hour(owned: Owned, server: OwnedServerCost) -> float:
+    """One GPU of a server running all month: the server's month over its GPU-hours."""
+    return server.total_usd / (owned.gpus_per_server * HOURS_PER_MONTH)
+
+
+def owned_fleet(monthly_tokens: float, request_per_s: float, isl: float, osl: float, a: Assumptions,
+                owned: Owned, server: OwnedServerCost) -> OwnedFleet:
+    always_on = replace(a, autoscale=False, billed_hours_per_month=HOURS_PER_MONTH)
+    plan = fleet_for(monthly_tokens, request_per_s, isl, osl, always_on)
+    gpus = plan.total_replicas * a.gpus_per_replica
+    servers = math.ceil(gpus / owned.gpus_per_server)
+    return OwnedFleet(monthly_tokens=monthly_tokens, replicas=plan.total_replicas, gpus_used=gpus, servers=servers,
+                      server=server, ops_usd_per_month=a.ops_usd_per_month,
+                      monthly_usd=servers * server.total_usd + a.ops_usd_per_month,
+                      purchase_usd=servers * owned.server_usd)
+
+
+def first_cheaper(cost: Callable[[float], float], other: Callable[[float], float],
+                  span: tuple[float, float] = SEARCH_TOKENS) -> float | None:
+    """The lowest monthly volume at which `cost` is at most `other` (both step functions of volume); None
+    when it never is within `span`."""
+    low, high = span
+    previous = None
+    for i in range(GRID_POINTS + 1):
+        volume = low * (high / low) ** (i / GRID_POINTS)
+        if cost(volume) <= other(volume):
+            if previous is None:
+                return volume
+            return _edge(cost, other, previous, volume)
+        previous = volume
+    return None
+
+
+def _edge(cost: Callable[[float], float], other: Callable[[float], float], above: float, below: float) -> float:
+    """Bisect (above: `cost` dearer, below: cheaper) down to the step where it turns."""
+    for _ in range(BISECTIONS):
+        middle = (above + below) / 2
+        if cost(middle) <= other(middle):
+            below = middle
+        else:
+            above = middle
+    return below
+
+
+def payback_months(fleet: OwnedFleet, alternative_usd_per_month: float | None) -> float | None:
+    """Months until the purchase is paid back by what owning saves each month on the alternative (the
+    running costs, hosting, energy and operations, counted; the purchase itself not)."""
+    if alternative_usd_per_month is None:
+        return None
+    running = fleet.monthly_usd - fleet.servers * fleet.server.capex_usd
+    saving = alternative_usd_per_month - running
+    return fleet.purchase_usd / saving if saving > 0 else None
+
+
+def compare_owned(best: CostResult, compared: ProviderCost | None, a: Assumptions, monthly_tokens: float | None,
+                  owned: Owned, power: tuple[float, str]) -> OwnedComparison | None:
+    """Own vs rent vs the compared provider for the engine that sets the self-hosted cost; None without an
+    operating point to size a fleet from."""
+    point = best.operating_point
+    if point is None or best.isl + best.osl <= 0:
+        return None
+    r, isl, osl = point.request_per_s, best.isl, best.osl
+    server = server_month(owned, *power)
+
+    def own(volume: float, o: Owned = owned, s: OwnedServerCost = server) -> float:
+        return owned_fleet(volume, r, isl, osl, a, o, s).monthly_usd
+
+    def rent(volume: float) -> float:
+        return fleet_for(volume, r, isl, osl, a).monthly_usd
+
+    def api(volume: float) -> float:
+        return volume / (isl + osl) * compared.usd_per_request if compared else math.inf
+
+    fleet = owned_fleet(monthly_tokens, r, isl, osl, a, owned, server) if monthly_tokens else None
+    rent_usd = rent(monthly_tokens) if monthly_tokens else None
+    api_usd = api(monthly_tokens) if monthly_tokens and compared else None
+    rows = _sensitivity(owned, power, monthly_tokens, own, rent, api, server) if monthly_tokens else ()
+    return OwnedComparison(
+        usd_per_gpu_hour=usd_per_gpu_hour(owned, server), server=server, fleet=fleet, rent_monthly_usd=rent_usd,
+        provider_id=compared.id if compared else None, provider_monthly_usd=api_usd,
+        own_beats_rent_above=first_cheaper(own, rent),
+        own_beats_provider_above=first_cheaper(own, api) if compared else None,
+        payback_months_vs_rent=payback_months(fleet, rent_usd) if fleet else None,
+        payback_months_vs_provider=payback_months(fleet, api_usd) if fleet else None,
+        sensitivity=rows, notes=_notes(owned, server, a))
+
+
+def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Callable[..., float],
+                 rent: Callable[[float], float], api: Callable[[float], float],
+                 server: OwnedServerCost) -> tuple[SensitivityRow, ...]:
+    """Owning's monthly cost against the cheaper alternative when electricity, utilization (the traffic on
+    the same hardware) or the years of amortization change."""
+
+    def variation(label: str, o: Owned, v: float = volume) -> Variation:
+        s = server_month(o, *power)
+        return Variation(label, own(v, o, s), min(rent(v), api(v)), first_cheaper(lambda x: own(x, o, s), api))
+
+    price = owned.usd_per_kwh
+    years = owned.amortization_years
+    return (
+        SensitivityRow("Electricity price", f"${price:g}/kWh",
+                       tuple(variation(f"${p:.3g}/kWh", owned.model_copy(update={"usd_per_kwh": p}))
+                             for p in (price / 2, price * 2))),
+        SensitivityRow("Utilization (traffic on the same fleet)", "the traffic given",
+                       tuple(variation(f"x{f:g} the traffic", owned, volume * f) for f in (0.5, 2.0))),
+        SensitivityRow("Amortization", f"{years:g} years",
+                       tuple(variation(f"{y:g} years", owned.model_copy(update={"amortization_years": y}))
+                             for y in (3.0, 5.0) if y != years)),
+    )
+
+
+def _notes(owned: Owned, server: OwnedServerCost, a: Assumptions) -> tuple[str, ...]:
+    notes = [f"power: {server.power_w_per_gpu:,.0f} W per GPU, {server.power_source}",
+             f"a server: {owned.gpus_per_server} GPUs, bought for ${owned.server_usd:,.0f}, amortized over "
+             f"{owned.amortization_years:g} years to {owned.residual_share:.0%} residual value; PUE {owned.pue:g} "
+             f"at ${owned.usd_per_kwh:g}/kWh; hosting ${owned.hosting_usd_per_server_month:,.0f}/month",
+             "owned hardware runs all month: sized for the peak, whole servers, no scaling to zero"]
+    if a.gpus_per_replica > owned.gpus_per_server:
+        notes.append(f"a replica needs {a.gpus_per_replica} GPUs, more than one server holds: it spans servers")
+    return tuple(notes)
