@@ -19,7 +19,7 @@ from bench.flags import MeasureFlags, measure_command
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
 app.command("report")(report_cmd.report)
-app.command("cost")(report_cmd.cost)
+app.command("cost", cls=report_cmd.PlainHelpCommand)(report_cmd.cost)
 
 
 @app.command()

@@ -5,15 +5,43 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 GPU_HELP = ("GPU name (h100-sxm, h100-pcie, h200, a100-80gb, l40s, l4, a10g, rtx-4090: the catalog's median "
-            "on-demand price) or a price row id such as lambda/h100-sxm/on-demand.")
+            "price of that kind) or a price row id such as gcp/l4/on-demand.")
 PROVIDER_HELP = ("Provider price row (together/llama-3.1-8b) or model id (llama-3.1-8b: every host of it); "
                  "repeat the flag or separate with commas.")
+
+
+class GpuPricing(str, enum.Enum):
+    """How a GPU is rented (costmodel.inputs.PricingKind, spelled out here so `bench --help` stays light)."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
+    RESERVED_1Y = "reserved-1y"
+    RESERVED_3Y = "reserved-3y"
+    SERVERLESS = "serverless"
+
+
+class PlainHelpCommand(TyperCommand):
+    """Click's own help layout, which wraps each flag's help under it at any width; rich's table cuts long
+    flag names short on an 80-column terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rich_markup_mode = None
+
+
+def _headroom(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= 1:
+        raise typer.BadParameter(f"{value:g} is not in the range 0<x<=1.")
+    return value
 
 
 def report(
@@ -50,20 +78,36 @@ def report(
 
 
 def cost(
-    throughput: float = typer.Option(..., min=0, help="Output tokens/s ONE replica sustains within your SLO "
-                                                      "(from a sweep's operating point; not a saturated peak)."),
-    input_tokens: float = typer.Option(None, min=0, help="Mean input tokens per request (default: the scenario's)."),
-    output_tokens: float = typer.Option(None, min=1, help="Mean output tokens per request (default: the scenario's)."),
-    scenario: str = typer.Option("chat", help="Scenario whose traffic, pricing and requirements are the defaults."),
-    gpu: str = typer.Option(None, help=GPU_HELP),
-    gpu_price: float = typer.Option(None, min=0, help="Your own GPU price, USD per GPU-hour."),
-    gpus_per_replica: int = typer.Option(None, min=1, help="GPUs one replica runs on."),
-    provider: list[str] = typer.Option(None, help=PROVIDER_HELP),
-    monthly_tokens: float = typer.Option(None, min=0, help="Input + output tokens per month, e.g. 3e9."),
-    peak_to_average: float = typer.Option(None, min=1, help="Busiest hour's traffic over the average."),
-    hours: float = typer.Option(None, min=1, max=744, help="Hours of operation per month (730 = always on)."),
-    ops_cost: float = typer.Option(None, min=0, help="Operations cost (people's time), USD per month."),
-    prices: list[Path] = typer.Option(None, help="Your own price YAML: adds rows, or replaces rows with the same id."),
+    throughput: float = typer.Option(..., min=0, metavar="TOK/S",
+                                     help="Output tokens/s ONE replica sustains within your SLO (a sweep's "
+                                          "operating point, not a saturated peak)."),
+    input_tokens: float = typer.Option(None, min=0, metavar="N",
+                                       help="Mean input tokens per request, ISL (default: the scenario's)."),
+    output_tokens: float = typer.Option(None, min=1, metavar="N",
+                                        help="Mean output tokens per request, OSL (default: the scenario's)."),
+    scenario: str = typer.Option("chat", metavar="NAME|FILE",
+                                 help="Scenario whose traffic, pricing and requirements are the defaults."),
+    gpu: str = typer.Option(None, metavar="NAME|ROW", help=GPU_HELP),
+    gpu_price: float = typer.Option(None, min=0, metavar="USD", help="Your own GPU price, USD per GPU-hour."),
+    gpu_pricing: GpuPricing = typer.Option(None, help="How the GPU is rented: reserved kinds bill all 730 h a "
+                                                      "month, serverless only the hours used."),
+    gpus_per_replica: int = typer.Option(None, min=1, max=64, metavar="K", help="GPUs one replica runs on."),
+    provider: list[str] = typer.Option(None, metavar="ROW|MODEL", help=PROVIDER_HELP),
+    monthly_tokens: float = typer.Option(None, min=0, metavar="N", help="Input + output tokens per month, e.g. 3e9."),
+    peak_to_average: float = typer.Option(None, min=1, metavar="X", help="Busiest hour's traffic over the average."),
+    hours: float = typer.Option(None, min=1, max=744, metavar="H",
+                                help="Hours of operation per month (730 = always on)."),
+    headroom: float = typer.Option(None, callback=_headroom, metavar="FRACTION",
+                                   help="Share of its throughput each replica is planned for, 0<x<=1 (default: the "
+                                        "scenario's)."),
+    spare_replicas: int = typer.Option(None, min=0, max=100, metavar="N", help="Replicas kept on beyond the peak."),
+    cache_hit_rate: float = typer.Option(None, min=0, max=1, metavar="FRACTION",
+                                         help="Share of input tokens a provider bills at its cached price."),
+    batch_api: bool = typer.Option(None, "--batch-api/--no-batch-api", show_default=False,
+                                   help="Traffic can wait for a provider's batch API (its discount)."),
+    ops_cost: float = typer.Option(None, min=0, metavar="USD", help="Operations cost (people's time), USD a month."),
+    prices: list[Path] = typer.Option(None, metavar="FILE",
+                                      help="Your own price YAML: adds rows, or replaces rows of the same id."),
     json_output: bool = typer.Option(False, "--json", help="Print every figure as JSON instead of the summary."),
 ) -> None:
     """The same answer from numbers typed in: throughput, prices, traffic. No run needed."""
@@ -81,7 +125,8 @@ def cost(
         settings = base.decision_settings().with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
             monthly_tokens=monthly_tokens, peak_to_average=peak_to_average, hours_per_month=hours,
-            ops_usd_per_month=ops_cost)
+            ops_usd_per_month=ops_cost, gpu_pricing=gpu_pricing.value if gpu_pricing else None, headroom=headroom,
+            spare_replicas=spare_replicas, cache_hit_rate=cache_hit_rate, uses_batch_api=batch_api)
         isl = input_tokens if input_tokens is not None else base.workload.input_tokens.mean_tokens()
         osl = output_tokens if output_tokens is not None else base.workload.output_tokens.mean_tokens()
         decision = decide_given(throughput, isl, osl, settings.traffic, settings.pricing, settings.requirements,
@@ -124,6 +169,7 @@ def _print_verdict(console: Any, decision: Any) -> None:
     from rich.table import Table
 
     from common.units import tokens, usd
+    from costmodel.prices import MAX_PRICE_AGE_DAYS
 
     console.print(f"[bold]{decision.verdict.headline}[/]", highlight=False)
     for line in decision.verdict.lines:
@@ -144,7 +190,36 @@ def _print_verdict(console: Any, decision: Any) -> None:
             table.add_row(p.id + (" (reference)" if p.is_secondary else ""), usd(p.monthly_usd, cents=True),
                           usd(p.usd_per_m_tokens), where)
         console.print(table)
+    console.print("Assumed:", highlight=False)
+    for line in assumption_lines(decision):
+        console.print(f"  {line}", highlight=False)
+    for text in dict.fromkeys([*decision.warnings, *(w for r in decision.results for w in r.warnings)]):
+        console.print(f"[yellow]warning:[/] {text}", highlight=False)
     stale = decision.stale_prices
     if stale:
-        console.print(f"[yellow]note:[/] {len(stale)} price(s) used are older than 90 days (oldest "
-                      f"{stale[0].id}, {stale[0].retrieved}); pass your own with --prices", highlight=False)
+        console.print(f"[yellow]note:[/] {len(stale)} price(s) used are older than {MAX_PRICE_AGE_DAYS} days "
+                      f"(oldest {stale[0].id}, {stale[0].retrieved}); pass your own with --prices", highlight=False)
+
+
+def assumption_lines(decision: Any) -> list[str]:
+    """What the answer rests on, in words: request lengths, traffic shape, fleet sizing, prices, operations."""
+    from common.units import share, tokens, usd
+
+    pricing, a = decision.pricing, decision.pricing.assumptions
+    result = decision.best or (decision.results[0] if decision.results else None)
+    lines = [f"requests: {result.isl:,.0f} input + {result.osl:,.0f} output tokens on average (ISL/OSL)"] \
+        if result is not None else []
+    assumed = " (assumed)" if any(t.startswith("peak-to-average") for t in pricing.assumed) else ""
+    shape = "the hourly profile's" if a.hourly_profile else "given"
+    volume = f"{tokens(pricing.monthly_tokens)} tokens/month, " if pricing.monthly_tokens is not None else ""
+    lines.append(f"traffic: {volume}peak-to-average {a.peak_ratio:.3g}{assumed or f' ({shape})'}, "
+                 f"{a.hours_of_operation:g} h/month of operation")
+    lines.append(f"fleet: each replica planned at {share(a.headroom)} of its throughput (headroom), "
+                 f"{a.spare_replicas} spare replica(s), {a.gpus_per_replica} GPU(s) per replica")
+    lines.append(f"GPU: {pricing.gpu_label}, billed {a.billed_hours_per_month:g} h/month")
+    batch = "batch API used where a row has a discount" if a.uses_batch_api else "no batch API"
+    lines.append(f"providers: prompt-cache hit rate {share(a.cache_hit_rate)}, {batch}")
+    ops = usd(a.ops_usd_per_month)
+    lines.append(f"operations: {ops}/month" if a.ops_usd_per_month > 0 else
+                 f"operations: {ops}/month: people's time to run the fleet is not counted (--ops-cost)")
+    return lines

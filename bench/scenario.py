@@ -67,20 +67,25 @@ class DecisionSettings(BaseModel):
     def with_overrides(self, gpu: str | None = None, gpu_usd_per_hour: float | None = None,
                        gpus_per_replica: int | None = None, providers: list[str] | None = None,
                        monthly_tokens: float | None = None, peak_to_average: float | None = None,
-                       hours_per_month: float | None = None,
-                       ops_usd_per_month: float | None = None) -> DecisionSettings:
+                       hours_per_month: float | None = None, ops_usd_per_month: float | None = None,
+                       gpu_pricing: str | None = None, headroom: float | None = None,
+                       spare_replicas: int | None = None, cache_hit_rate: float | None = None,
+                       uses_batch_api: bool | None = None) -> DecisionSettings:
         """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
         price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
         pricing: dict[str, object] = {}
         if gpu is not None:
             pricing.update(gpu=gpu, gpu_usd_per_hour=None)
         for key, value in (("gpu_usd_per_hour", gpu_usd_per_hour), ("gpus_per_replica", gpus_per_replica),
-                           ("providers", providers or None), ("ops_usd_per_month", ops_usd_per_month)):
+                           ("providers", providers or None), ("ops_usd_per_month", ops_usd_per_month),
+                           ("gpu_pricing", gpu_pricing), ("headroom", headroom), ("spare_replicas", spare_replicas)):
             if value is not None:
                 pricing[key] = value
         traffic: dict[str, object] = (self.traffic or Traffic()).model_dump()
         if monthly_tokens is not None:
             traffic.update(monthly_tokens=monthly_tokens, monthly_input_tokens=None, monthly_output_tokens=None)
+        traffic.update({k: v for k, v in (("cache_hit_rate", cache_hit_rate), ("uses_batch_api", uses_batch_api))
+                        if v is not None})
         if peak_to_average is not None or hours_per_month is not None:
             traffic.update(hourly_profile=None, days_per_month=None)
             traffic.update({k: v for k, v in (("peak_to_average", peak_to_average),

@@ -6,13 +6,15 @@ import math
 
 
 def usd(value: float | None, cents: bool | None = None) -> str:
-    """$12,345 at or above $1,000 (always cents with cents=True), $12.34 below, three significant digits
-    under a cent ($0.0000443), a leading minus for negative amounts."""
+    """$12,345 at or above $1,000 (always cents with cents=True), $12.34 from $1, and three significant digits
+    below $1, at least to the cent ($0.024, $0.158, $0.50, $0.0000443), a leading minus for negative amounts."""
     if value is None:
         return "-"
     amount = abs(value)
-    if 0 < amount < 0.01:
-        text = f"${amount:.{2 - math.floor(math.log10(amount))}f}"
+    if 0 < amount < 1:
+        text = f"{amount:.{2 - math.floor(math.log10(amount))}f}"
+        whole, fraction = text.split(".")
+        text = f"${whole}.{fraction.rstrip('0').ljust(2, '0')}"
     elif cents or (cents is None and amount < 1000):
         text = f"${amount:,.2f}"
     else:

@@ -1,0 +1,132 @@
+"""`bench cost` for people who decide: its flags reach the decision, its text says what the answer rests
+on, its help reads on an 80-column terminal and a value outside a flag's range is refused by name."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import costmodel.decide
+from bench.cli import app
+from bench.report_cmd import GpuPricing
+from costmodel.inputs import PricingKind
+
+RUNNER = CliRunner()
+BASE = ["cost", "--throughput", "2400", "--input-tokens", "256", "--output-tokens", "128", "--monthly-tokens", "3e9"]
+
+
+def run(*args: str) -> Any:
+    return RUNNER.invoke(app, list(args), env={"COLUMNS": "80"})
+
+
+def test_help_fits_80_columns_and_lists_every_flag() -> None:
+    result = run("cost", "--help")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    command = typer.main.get_command(app).commands["cost"]  # type: ignore[attr-defined]
+    flags = [
+        opt
+        for param in command.params
+        if param.param_type_name == "option"
+        for opt in (*param.opts, *param.secondary_opts)
+    ]
+    assert len(flags) > 15 and all(flag in result.output for flag in flags), flags
+    for flag in ("--cache-hit-rate", "--batch-api", "--headroom", "--spare-replicas", "--gpu-pricing"):
+        assert flag in flags
+
+
+def test_the_pricing_kinds_offered_are_the_cost_models() -> None:
+    assert [kind.value for kind in GpuPricing] == list(get_args(PricingKind))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--cache-hit-rate", "1.5"),
+        ("--headroom", "0"),
+        ("--headroom", "1.2"),
+        ("--gpus-per-replica", "65"),
+        ("--hours", "800"),
+        ("--spare-replicas", "-1"),
+        ("--gpu-pricing", "monthly"),
+    ],
+)
+def test_a_value_outside_a_flags_range_is_refused_with_the_flags_name(flag: str, value: str) -> None:
+    result = run(*BASE, flag, value)
+    assert result.exit_code == 2 and f"'{flag}'" in result.output, result.output
+
+
+def test_the_flags_override_the_scenarios_traffic_and_pricing(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    real = costmodel.decide.decide_given
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen["args"] = args
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(costmodel.decide, "decide_given", spy)
+    result = run(
+        *BASE,
+        "--cache-hit-rate",
+        "0.4",
+        "--batch-api",
+        "--headroom",
+        "0.6",
+        "--spare-replicas",
+        "0",
+        "--gpu",
+        "h100-sxm",
+        "--gpu-pricing",
+        "reserved-1y",
+    )
+    assert result.exit_code == 0, result.output
+    throughput, isl, osl, traffic, pricing = seen["args"][:5]
+    assert (throughput, isl, osl) == (2400, 256, 128)
+    assert (traffic.cache_hit_rate, traffic.uses_batch_api, traffic.monthly_tokens) == (0.4, True, 3e9)
+    assert (pricing.headroom, pricing.spare_replicas, pricing.gpu, pricing.gpu_pricing) == (
+        0.6,
+        0,
+        "h100-sxm",
+        "reserved-1y",
+    )
+    assert pricing.references == ["openai/gpt-5-mini", "anthropic/claude-haiku-4.5"]  # the rest: the scenario's
+
+
+def test_the_text_states_lengths_headroom_peak_hours_and_that_people_are_not_counted() -> None:
+    result = run(*BASE, "--gpu", "h100-sxm", "--ops-cost", "0", "--peak-to-average", "2", "--hours", "730")
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())  # rich may wrap long lines
+    assert "256 input + 128 output tokens on average (ISL/OSL)" in out
+    assert "planned at 80% of its throughput (headroom), 1 spare replica(s)" in out
+    assert "peak-to-average 2 (given), 730 h/month of operation" in out
+    assert "operations: $0.00/month: people's time to run the fleet is not counted" in out
+    assert "warning: operations cost is $0/month" in out
+
+
+def test_small_prices_keep_their_significant_digits() -> None:
+    # deepinfra/llama-3.1-8b at $0.02 in / $0.04 out: (256 * 0.02 + 128 * 0.04) / 384 = $0.02667 per 1M tokens
+    result = run(*BASE, "--gpu", "h100-sxm", "--provider", "deepinfra/llama-3.1-8b")
+    assert result.exit_code == 0, result.output
+    assert "$0.0267" in result.output and "$0.03 " not in result.output
+
+
+def test_a_reserved_term_bills_all_month_and_serverless_the_hours_used() -> None:
+    reserved = run(*BASE, "--gpu", "h100-sxm", "--gpu-pricing", "reserved-1y", "--hours", "260")
+    assert reserved.exit_code == 0, reserved.output
+    out = " ".join(reserved.output.split())
+    assert "GPU: together/h100-sxm/reserved-1y ($3.19/GPU-h), billed 730 h/month" in out
+    serverless = run(*BASE, "--gpu", "h100-sxm", "--gpu-pricing", "serverless", "--hours", "260")
+    assert serverless.exit_code == 0, serverless.output
+    out = " ".join(serverless.output.split())
+    assert "GPU: modal/h100-sxm/serverless ($3.95/GPU-h), billed 260 h/month" in out
+    assert "waits a cold start" in out
+
+
+def test_the_batch_api_without_a_discount_in_the_rows_is_said() -> None:
+    result = run(*BASE, "--gpu", "h100-sxm", "--batch-api")
+    assert result.exit_code == 0, result.output
+    assert "no compared price row has a batch discount" in " ".join(result.output.split())
