@@ -10,8 +10,9 @@ from dataclasses import replace
 
 from costmodel.model import slo_problems
 from costmodel.types import LatencyLimits, MeasuredLevel, TokenUsage
+from loadgen.arrivals import parse_label
 from loadgen.repeats import by_level, interval
-from loadgen.types import SLO, LevelSummary, ServerView
+from loadgen.types import SLO, GpuView, LevelSummary, ServerView
 
 
 def latency_limits(slo: SLO) -> LatencyLimits:
@@ -107,3 +108,13 @@ def measured_cache_hit_rate(summaries: Sequence[LevelSummary], views: Sequence[S
     if rates:
         return sum(rates) / len(rates), f"measured: the server's prefix-cache metrics, {len(rates)} level(s)"
     return None
+
+
+def with_power(levels: Sequence[MeasuredLevel], views: Sequence[GpuView]) -> tuple[MeasuredLevel, ...]:
+    """Each level with its GPUs' mean draw per GPU, where they were read (a repeated level: over its repeats)."""
+    per_gpu: dict[str, list[float]] = {}
+    for view in views:
+        if view.mean_power_w is not None and view.num_gpus:
+            per_gpu.setdefault(parse_label(view.level).base, []).append(view.mean_power_w / view.num_gpus)
+    return tuple(replace(lv, power_w_per_gpu=sum(w) / len(w)) if (w := per_gpu.get(parse_label(lv.label).base))
+                 else lv for lv in levels)

@@ -20,7 +20,14 @@ from pydantic import ValidationError
 
 from bench import rundir
 from bench.capacity import read_capacity
-from bench.costinputs import latency_limits, measured_cache_hit_rate, measured_levels, repeated_level, token_usage
+from bench.costinputs import (
+    latency_limits,
+    measured_cache_hit_rate,
+    measured_levels,
+    repeated_level,
+    token_usage,
+    with_power,
+)
 from bench.scenario import DecisionSettings
 from common.validation import validate
 from costmodel.bill import level_bill
@@ -66,7 +73,8 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
     runs, skipped = load_runs(run_dirs, settings.slo)
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
-    engines = [EngineLevels(run.label, measured_levels(_measured(run)), _capacity_level(run)) for run in runs]
+    engines = [EngineLevels(run.label, with_power(measured_levels(_measured(run)), run.gpu_views),
+                            _capacity_level(run)) for run in runs]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     runs = [replace(run, bills=_bills(run, decision, catalog)) for run in runs]
@@ -120,7 +128,12 @@ def _capacity_level(run: ReportRun) -> MeasuredLevel | None:
         return None
     labels = [r["capacity_label"] for r in run.capacity["repeats"] if r.get("capacity_label")]
     found = [s for s in run.summaries if s.level in labels]
-    return repeated_level(found, "capacity" if len(found) > 1 else None) if found else None
+    if not found:
+        return None
+    power = with_power([repeated_level([s]) for s in found], run.gpu_views)
+    watts = [lv.power_w_per_gpu for lv in power if lv.power_w_per_gpu is not None]
+    level = repeated_level(found, "capacity" if len(found) > 1 else None)
+    return replace(level, power_w_per_gpu=sum(watts) / len(watts)) if watts else level
 
 
 def _measured(run: ReportRun) -> tuple[LevelSummary, ...]:

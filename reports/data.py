@@ -73,6 +73,7 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
         "compared_to": decision.compared_to.id if decision.compared_to else None,
         "engines": engines,
         "sensitivity": _sensitivity(decision),
+        "owned": _owned(decision),
         "monthly_cost_curve": inp.cost_curve,
         "price_rows": {"gpu": decision.pricing.gpu, "providers": [*decision.pricing.providers,
                                                                   *decision.pricing.references],
@@ -103,6 +104,12 @@ def _side_by_side(decision: Decision) -> list[dict[str, Any]]:
                      "monthly_usd": fleet.monthly_usd if fleet else None,
                      "usd_per_m_tokens": per_m,
                      "note": decision.pricing.gpu_label})
+    owned = decision.owned
+    if owned is not None and owned.fleet is not None and volume:
+        fleet = owned.fleet
+        rows.append({"kind": "owned", "label": f"Owned: {fleet.servers} server(s), {fleet.gpus_used} GPUs used",
+                     "monthly_usd": fleet.monthly_usd, "usd_per_m_tokens": fleet.monthly_usd / volume * 1e6,
+                     "note": f"{usd(owned.usd_per_gpu_hour)}/GPU-h all-in; power {owned.server.power_source}"})
     if best is None:
         return rows
     primary = sorted((p for p in best.providers if not p.is_secondary), key=lambda p: (p.usd_per_request, p.id))
@@ -116,6 +123,17 @@ def _side_by_side(decision: Decision) -> list[dict[str, Any]]:
         rows.append(_provider_row(p, f"{role} of {len(primary)} host(s)"))
     rows += [_provider_row(p, "secondary reference (a different model)") for p in best.providers if p.is_secondary]
     return rows
+
+
+def _owned(decision: Decision) -> dict[str, Any] | None:
+    """Own vs rent vs pay per token, with each sensitivity row's saving against the cheaper alternative."""
+    owned = decision.owned
+    if owned is None:
+        return None
+    rows = [{"name": row.name, "base_label": row.base_label,
+             "variations": [{**asdict(v), "saving_usd_per_month": v.saving_usd_per_month} for v in row.variations]}
+            for row in owned.sensitivity]
+    return {**asdict(owned), "server_total_usd": owned.server.total_usd, "sensitivity": rows}
 
 
 def _provider_row(p: ProviderCost, role: str) -> dict[str, Any]:
