@@ -75,13 +75,19 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
         "sensitivity": _sensitivity(decision),
         "owned": _owned(decision),
         "monthly_cost_curve": inp.cost_curve,
-        "price_rows": {"gpu": decision.pricing.gpu, "providers": [*decision.pricing.providers,
-                                                                  *decision.pricing.references],
+        "price_rows": {"gpu": _price_row(decision.pricing.gpu),
+                       "providers": [_price_row(row) for row in
+                                     (*decision.pricing.providers, *decision.pricing.references)],
                        "files": list(inp.price_origins)},
         "runs": [_provenance(run) for run in runs],
         "skipped_runs": list(inp.skipped),
         "caveats": CAVEATS,
     })
+
+
+def _price_row(row: Any) -> dict[str, Any] | None:
+    """A price row as the report prints it: its date as its source gives it (a month, or undated)."""
+    return None if row is None else {**jsonable(row), "retrieved": row.retrieved_text}
 
 
 def _title(decision: Decision, model: str | None, gpu: str | None) -> str:
