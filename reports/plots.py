@@ -224,6 +224,48 @@ def sensitivity_plot(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def interactivity_plot(data: dict[str, Any]) -> bytes | None:
+    """The view independent benchmarks use: throughput per GPU and cost per 1M tokens against the speed each
+    user sees (output tokens/s per user, 1000 / TPOT p50), with the SLO's per-user speed marked."""
+    assumptions = data["inputs"]["assumptions"]
+    gpus = assumptions["gpus_per_replica"]
+    owned = data.get("owned")
+    owned_ratio = owned["usd_per_gpu_hour"] / assumptions["gpu_usd_per_hour"] \
+        if owned and assumptions["gpu_usd_per_hour"] else None
+    engines = [(e, [lv for lv in _levels(e) if lv["tpot_ms"]["p50"]]) for e in data["engines"]]
+    if not any(levels for _, levels in engines):
+        return None
+    fig, (rate_ax, cost_ax) = plt.subplots(1, 2, figsize=(SIZE[0] * 1.25, SIZE[1]))
+    for (engine, levels), color in zip(engines, _colors(), strict=False):
+        speed = [1000 / lv["tpot_ms"]["p50"] for lv in levels]
+        rate_ax.plot(speed, [lv["output_tokens_per_s"] / gpus for lv in levels], "o-", color=color,
+                     label=engine["engine"])
+        costed = [(s, lv["cost"]["usd_per_m_total_tokens"]) for s, lv in zip(speed, levels, strict=True)
+                  if lv["cost"] and lv["cost"]["usd_per_m_total_tokens"] is not None]
+        cost_ax.plot([c[0] for c in costed], [c[1] for c in costed], "o-", color=color,
+                     label=f"{engine['engine']}, rented")
+        if owned_ratio is not None:
+            cost_ax.plot([c[0] for c in costed], [c[1] * owned_ratio for c in costed], "s--", color=color,
+                         label=f"{engine['engine']}, owned")
+    tpot = data["inputs"]["settings"]["slo"].get("tpot_ms")
+    for ax in (rate_ax, cost_ax):
+        if tpot:
+            ax.axvline(1000 / tpot, color="red", lw=1.5, label=f"SLO: {1000 / tpot:g} tokens/s per user")
+        ax.set_xlabel("output tokens/s per user (1000 / TPOT p50)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    rate_ax.set_ylabel("output tokens/s per GPU")
+    rate_ax.set_ylim(bottom=0)
+    rate_ax.set_title("Throughput per GPU vs per-user speed")
+    cost_ax.set_yscale("log")
+    cost_ax.yaxis.set_major_formatter(FuncFormatter(_money))
+    cost_ax.yaxis.set_minor_formatter(FuncFormatter(_money))
+    cost_ax.set_ylabel("USD per 1M tokens, fully busy")
+    cost_ax.set_title("Cost vs per-user speed")
+    fig.tight_layout()
+    return _png(fig)
+
+
 def power_plot(data: dict[str, Any]) -> bytes | None:
     """The GPUs' power and utilization against load, where they were read."""
     engines = [e for e in data["engines"] if e.get("energy", {}).get("measured")]
@@ -256,6 +298,7 @@ PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], bytes | None]]] = {
     "cost_per_token": ("Cost per million tokens vs concurrency, against provider prices", cost_per_token_plot),
     "monthly_cost": ("Monthly cost vs monthly volume, with the crossover", monthly_cost_plot),
     "sensitivity": ("Sensitivity of the monthly saving to each assumption", sensitivity_plot),
+    "interactivity": ("Throughput per GPU and cost per 1M tokens vs output tokens/s per user", interactivity_plot),
     "power": ("GPU power and utilization vs load", power_plot),
 }
 
