@@ -183,6 +183,14 @@ def _print_verdict(console: Any, decision: Any) -> None:
             table.add_row(f"self-hosted: {best.fleet.gpus} GPUs", usd(best.fleet.monthly_usd, cents=True),
                           usd(best.fleet.monthly_usd / best.fleet.monthly_tokens * 1e6) if best.fleet.monthly_tokens
                           else "-", "")
+        owned = decision.owned
+        if owned is not None and owned.fleet is not None:
+            fleet = owned.fleet
+            where = (f"{tokens(owned.own_beats_provider_above)} tokens/month" if owned.own_beats_provider_above
+                     else "none")
+            table.add_row(f"owned: {fleet.servers} server(s), {fleet.gpus_used} GPUs",
+                          usd(fleet.monthly_usd, cents=True), usd(fleet.monthly_usd / fleet.monthly_tokens * 1e6),
+                          f"{where} (vs {owned.provider_id})")
         for p in sorted(best.providers, key=lambda p: (p.is_secondary, p.usd_per_request)):
             cross = p.crossover
             where = "-" if cross is None else (f"{tokens(cross.monthly_tokens)} tokens/month"
