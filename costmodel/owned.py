@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from costmodel.fleet import fleet_for
 from costmodel.inputs import HOURS_PER_MONTH, Owned
+from costmodel.model import PER_MILLION, cost_per
 from costmodel.types import (
     Assumptions,
     CostResult,
@@ -117,6 +118,7 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, a: Assumption
         return volume / (isl + osl) * compared.usd_per_request if compared else math.inf
 
     fleet = owned_fleet(monthly_tokens, r, isl, osl, a, owned, server) if monthly_tokens else None
+    per_request = cost_per(usd_per_gpu_hour(owned, server) * a.gpus_per_replica, r)
     rent_usd = rent(monthly_tokens) if monthly_tokens else None
     api_usd = api(monthly_tokens) if monthly_tokens and compared else None
     rows = _sensitivity(owned, power, monthly_tokens, own, rent, api, server) if monthly_tokens else ()
@@ -127,7 +129,10 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, a: Assumption
         own_beats_provider_above=first_cheaper(own, api) if compared else None,
         payback_months_vs_rent=payback_months(fleet, rent_usd) if fleet else None,
         payback_months_vs_provider=payback_months(fleet, api_usd) if fleet else None,
-        sensitivity=rows, notes=_notes(owned, server, a))
+        sensitivity=rows, notes=_notes(owned, server, a),
+        joules_per_output_token=server.power_w_per_gpu * a.gpus_per_replica / point.output_tokens_per_s
+        if point.output_tokens_per_s > 0 else None,
+        usd_per_request=per_request, usd_per_m_tokens=per_request * PER_MILLION / (isl + osl) if per_request else None)
 
 
 def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Callable[..., float],

@@ -399,3 +399,7 @@ class OwnedComparison:
     payback_months_vs_provider: float | None
     sensitivity: tuple[SensitivityRow, ...] = ()
     notes: tuple[str, ...] = ()
+    # At the operating point: the GPUs' energy per output token (J) at the power used (measured or board power)
+    joules_per_output_token: float | None = None
+    usd_per_request: float | None = None  # at the operating point, fully busy, at the owned GPU-hour
+    usd_per_m_tokens: float | None = None  # the same per 1M tokens (input + output)

@@ -169,8 +169,14 @@ def owned_lines(owned: OwnedComparison) -> list[str]:
     s, fleet = owned.server, owned.fleet
     lines = [f"Owned: a server costs {usd(s.total_usd)}/month ({usd(s.capex_usd)} purchase spread over its life, "
              f"{usd(s.hosting_usd)} hosting, {usd(s.energy_usd)} for {s.energy_kwh:,.0f} kWh), "
-             f"{usd(owned.usd_per_gpu_hour)} per GPU-hour; power {s.power_w_per_gpu:,.0f} W per GPU, "
-             f"{s.power_source}."]
+             f"{usd(owned.usd_per_gpu_hour)} per GPU-hour"
+             + (f", {usd(owned.usd_per_request)} a request and {usd(owned.usd_per_m_tokens)} per 1M tokens fully busy"
+                if owned.usd_per_request is not None else "")
+             + f"; power {s.power_w_per_gpu:,.0f} W per GPU, {s.power_source}."]
+    if owned.joules_per_output_token is not None:
+        lines.append(f"Energy at the operating point: {owned.joules_per_output_token:.3g} J per output token "
+                     f"({3.6e6 / owned.joules_per_output_token:,.0f} output tokens per kWh, GPUs only), from that "
+                     "power.")
     if fleet is not None:
         three = f"own {usd(fleet.monthly_usd)} ({fleet.servers} server(s), {fleet.gpus_used} GPUs used)"
         if owned.rent_monthly_usd is not None:

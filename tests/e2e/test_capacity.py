@@ -86,7 +86,7 @@ def test_bad_capacity_flags_are_one_line_errors_naming_what_to_change(tmp_path) 
     base = ["capacity", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
             "--out", str(tmp_path)]
     for flags, message in ((["--slo", "ttft_p99_ms=500"], "--slo ttft_p99_ms=500: unknown target 'ttft_p99_ms'; "
-                                                           "use ttft_p95_ms, tpot_p95_ms, e2e_p95_ms"),
+                                                           "use ttft_p95_ms, ttfvt_p95_ms, tpot_p95_ms, e2e_p95_ms"),
                            (["--slo", "tpot_p95_ms=fast"], "expected tpot_p95_ms=MILLISECONDS"),
                            (["--tolerance", "0"], "--tolerance 0: expected a share between 0 and 1"),
                            (["--tolerance", "1"], "--tolerance 1: expected a share between 0 and 1"),

@@ -23,7 +23,7 @@ def test_report_opens_from_disk_without_errors_and_every_plot_is_a_real_image(co
     assert page.outside_requests == []
     assert page.title.startswith("Self-host or pay per token")
     assert files.data["verdict"]["headline"] in page.text
-    assert len(page.images) == len(files.data["plots"]) == 5
+    assert len(page.images) == len(files.data["plots"]) == 6  # every plot but the GPU power one (no GPU read)
     for image in page.images:
         assert image["complete"] and image["width"] > 400 and image["height"] > 200, image
         assert image["std"] > 10, f"{image['alt']} is blank"  # grey levels 0-255

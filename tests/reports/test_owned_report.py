@@ -24,6 +24,8 @@ def test_an_owned_server_is_reported_beside_renting_and_two_providers(complete_r
     # + $1,500 hosting = $6,961.88 (no GPU was read here: the H100's board power)
     assert round(owned["server_total_usd"], 2) == 6961.88
     assert "board power" in owned["server"]["power_source"]
+    point = data["engines"][0]["operating_point"]
+    assert owned["joules_per_output_token"] == pytest.approx(700 / point["output_tokens_per_s"])  # 1 GPU a replica
     assert owned["fleet"]["servers"] >= 1 and owned["rent_monthly_usd"] > 0 and owned["provider_monthly_usd"] > 0
     assert owned["provider_id"] in ("together/llama-3.1-8b", "fireworks/llama-3.1-8b")
     assert [row["kind"] for row in data["side_by_side"]].count("owned") == 1
