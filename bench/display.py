@@ -123,6 +123,17 @@ def _interval(figure: Interval, digits: int) -> str:
     return f"{_fmt(figure.mean, digits)} ± {_fmt(figure.half_width, digits)} [{values}]"
 
 
+def replica_view_table(views: list[tuple[int, ServerView]], title: str) -> Table:
+    """Each replica behind a router, per level: how busy it was, its share of the tokens, its prefix hits."""
+    table = Table(title=title)
+    for name in ("level", "replica", "running", "waiting", "tokens generated", "prefix hit rate"):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for index, v in sorted(views, key=lambda item: (item[1].level, item[0])):
+        table.add_row(v.level, str(index), _fmt(v.mean_running), _fmt(v.mean_waiting), _fmt(v.generated_tokens, 0),
+                      share(v.prefix_cache_hit_rate))
+    return table
+
+
 def server_view_table(views: list[ServerView], title: str) -> Table:
     """What the server's own metrics said during each level (means over the samples taken while it ran)."""
     table = Table(title=title)

@@ -21,6 +21,8 @@ class MeasureFlags:
     model: str | None = None
     engine_arg: list[str] | None = None
     port: int | None = None
+    replicas: int | None = None
+    router_policy: str | None = None
     engine_file: list[Path] | None = None
     api_key_env: str | None = None
     scenario: str | None = None
@@ -66,6 +68,10 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "engine_arg": (list[str], typer.Option(None, help="KEY=VALUE passed to a launched engine as --KEY VALUE "
                                                       "(repeatable), e.g. batching=static.")),
     "port": (int, typer.Option(None, help="Port for a launched engine (default: a free one).")),
+    "replicas": (int, typer.Option(None, help="Launch this many replicas of a local engine behind vllm-router "
+                                              "(pip install vllm-router; or $BENCH_VLLM_ROUTER).")),
+    "router_policy": (str, typer.Option(None, help="The router's policy with --replicas: round_robin (default), "
+                                                   "cache_aware, power_of_two, random, consistent_hash.")),
     "engine_file": (list[Path], typer.Option(None, help="Engine spec in YAML (engine, model, flags); repeatable.")),
     "api_key_env": (str, typer.Option(None, help="NAME of the environment variable holding the API key.")),
     "scenario": (str, typer.Option(None, help="Scenario file, or the name of a shipped one (default: chat).")),

@@ -53,14 +53,18 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
     from engines.process import parse_engine_args
     from engines.registry import make_launcher
+    from engines.replicas import check_replicas
 
     scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
     scenario = adjust(scenario) if adjust else scenario
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
+    replicas = flags.replicas if flags.replicas is not None else 1
+    check_replicas(replicas, flags.router_policy or "round_robin")
     specs = [EngineFile(engine=kind, model=flags.model, base_url=flags.base_url, api_key_env=flags.api_key_env,
-                        port=flags.port, args=parse_engine_args(flags.engine_arg or [])) for kind in kinds]
+                        port=flags.port, args=parse_engine_args(flags.engine_arg or []), replicas=replicas,
+                        router_policy=flags.router_policy or "round_robin") for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
     for spec in specs:
         read_api_key(spec.api_key_env)  # a key named but not set is a bad flag: said before anything starts
@@ -143,7 +147,7 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary |
 
 def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool) -> int:
     """Print what was measured, write the reports, name the failures; the command's exit code."""
-    from bench.display import capacity_line, repeats_table, server_view_table, summary_table
+    from bench.display import capacity_line, repeats_table, replica_view_table, server_view_table, summary_table
 
     for run_dir in outcome.already_complete:
         console.print(f"{run_dir}: complete, nothing to resume")
@@ -157,6 +161,9 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         views = rundir.server_views(result.run_dir)
         if views:
             console.print(server_view_table(views, title=f"the server's own metrics: {result.run_dir.name}"))
+        replicas = rundir.replica_views(result.run_dir)
+        if replicas:
+            console.print(replica_view_table(replicas, title=f"each replica behind the router: {result.run_dir.name}"))
         capacity = read_capacity(result.run_dir)
         if capacity is not None:
             console.print(capacity_line(capacity), highlight=False)

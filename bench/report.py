@@ -187,6 +187,8 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
                      missing=missing, cut_short=cut_short, notes=tuple(notes),
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
                      gpu_views=tuple(rundir.gpu_views(run_dir)), telemetry=info.telemetry,
+                     replica_views=tuple(rundir.replica_views(run_dir)),
+                     router_policy=(info.engine.get("details", {}).get("router") or {}).get("policy"),
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
                      capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),

@@ -40,6 +40,7 @@ SUMMARY_JSON = "summary.json"
 REPEATS_FILE = "repeats.json"
 ENGINE_LOG = "engine.log"
 TELEMETRY_FILE = "telemetry.jsonl"
+REPLICA_TELEMETRY = "telemetry.replica-{index}.jsonl"  # behind a router: each replica's own /metrics
 
 
 class RunDirError(Exception):
@@ -164,6 +165,24 @@ def server_views(run_dir: Path) -> list[ServerView]:
     """Each measured level as the server saw it (from telemetry.jsonl); empty when nothing was sampled."""
     views = [server_view(level, samples, start, end) for level, samples, start, end in _level_samples(run_dir)]
     return [view for view in views if view.num_samples]
+
+
+def replica_views(run_dir: Path) -> list[tuple[int, ServerView]]:
+    """Each level as each replica behind a router saw it (telemetry.replica-<i>.jsonl), by replica index."""
+    views = []
+    for index in range(len(list(run_dir.glob(REPLICA_TELEMETRY.format(index="*"))))):
+        path = run_dir / REPLICA_TELEMETRY.format(index=index)
+        views += [(index, view) for view in _views_from(path, run_dir) if view.num_samples]
+    return views
+
+
+def _views_from(path: Path, run_dir: Path) -> list[ServerView]:
+    samples = list(read_jsonl(path)) if path.is_file() else []
+    spans = []
+    for level, row in read_level_runs(run_dir).items() if samples else []:
+        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
+        spans.append(server_view(level, samples, start, start + row["wall_s"]))
+    return spans
 
 
 def gpu_views(run_dir: Path) -> list[GpuView]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +33,7 @@ from bench.rundir import RunInfo
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import context_length, read_api_key
 from engines.launch import EngineGone, still_answering
+from engines.replicas import replica_urls
 from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import telemetry
 from loadgen.arrivals import Level
@@ -186,7 +188,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             rundir.write_run_info(run_dir, run)
             _check_context(plan, endpoint)
             with telemetry.sampling(url if no_telemetry is None else None, run_dir / rundir.TELEMETRY_FILE,
-                                    gpu=gpus["sampled"]):
+                                    gpu=gpus["sampled"]), _replica_sampling(engine, run_dir):
                 _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
     except Exception as exc:
@@ -242,6 +244,17 @@ def _run_levels(
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
+
+
+@contextmanager
+def _replica_sampling(engine: EngineInfo, run_dir: Path) -> Iterator[None]:
+    """Behind a router, each replica's own /metrics too (one sampler each), so the report can show how the
+    router spread the load and where the prefix cache hit."""
+    with ExitStack() as stack:
+        for index, base_url in enumerate(replica_urls(engine)):
+            path = run_dir / rundir.REPLICA_TELEMETRY.format(index=index)
+            stack.enter_context(telemetry.sampling(telemetry.metrics_url(base_url), path))
+        yield
 
 
 def _gpu_telemetry(engine: EngineInfo) -> dict[str, Any]:

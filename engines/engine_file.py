@@ -45,6 +45,8 @@ class EngineFile(BaseModel):
     volumes: dict[str, str] = Field(default_factory=dict)
     working_dir: str | None = None
     ready_timeout_s: float = Field(default=1800.0, gt=0)
+    replicas: int = Field(default=1, ge=1)  # > 1: that many replicas behind vllm-router (local engines)
+    router_policy: str = "round_robin"
 
     def engine_args(self) -> list[str]:
         """`args` in the `--engine-arg KEY=VALUE` form every launcher takes."""

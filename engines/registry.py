@@ -121,7 +121,28 @@ def is_container_kind(kind: str) -> bool:
     return kind == "container" or kind.endswith("-docker")
 
 
+REPLICABLE = ("reference", "llamacpp", "vllm", "sglang")  # local engines that take any free port
+
+
 def make_launcher(options: EngineFile) -> Launcher:
     if options.engine not in ENGINES:
         raise EngineError(f"unknown --engine '{options.engine}'; choose one of: {', '.join(sorted(ENGINES))}")
-    return ENGINES[options.engine](options)
+    if options.replicas == 1:
+        return ENGINES[options.engine](options)
+    return _replicated(options)
+
+
+def _replicated(o: EngineFile) -> Launcher:
+    """N replicas of a local engine behind vllm-router: each replica on a free port, the router on --port."""
+    from engines.replicas import check_replicas, launch_replicas
+
+    if o.engine not in REPLICABLE:
+        raise EngineError(f"--replicas {o.replicas}: only local engines ({', '.join(REPLICABLE)}) are launched as "
+                          f"replicas, not '{o.engine}'; for a cluster, measure its gateway with --engine endpoint")
+    try:
+        check_replicas(o.replicas, o.router_policy)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    replica = ENGINES[o.engine](o.model_copy(update={"port": None, "replicas": 1}))
+    return lambda run_dir: launch_replicas(replica, o.replicas, run_dir, o.router_policy, o.port,
+                                           min(o.ready_timeout_s, 120.0))

@@ -152,6 +152,7 @@ def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, 
         mean_waiting=mean("requests_waiting"), max_kv_cache_usage=max(kv) if kv else None,
         preemptions=growth("preemptions_total"),
         prefix_cache_hit_rate=hits / queries if queries and hits is not None else None,
+        generated_tokens=growth("generation_tokens_total"),
     )
 
 

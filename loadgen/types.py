@@ -277,6 +277,7 @@ class ServerView:
     max_kv_cache_usage: float | None  # 1 = every block in use
     preemptions: float | None
     prefix_cache_hit_rate: float | None
+    generated_tokens: float | None = None  # tokens it generated during the level (its share of the load)
 
 
 @dataclass(frozen=True)

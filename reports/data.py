@@ -237,7 +237,22 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
-            "energy": energy_block(run.summaries, run.gpu_views, run.telemetry)}
+            "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
+            "replicas": _replicas(run)}
+
+
+def _replicas(run: ReportRun) -> dict[str, Any] | None:
+    """Behind a router: per level, each replica's load (its share of the tokens generated) and prefix hits."""
+    if not run.replica_views:
+        return None
+    totals: dict[str, float] = {}
+    for _, view in run.replica_views:
+        totals[view.level] = totals.get(view.level, 0.0) + (view.generated_tokens or 0.0)
+    rows = [{"replica": index, **asdict(view),
+             "load_share": (view.generated_tokens or 0.0) / totals[view.level] if totals[view.level] else None}
+            for index, view in run.replica_views]
+    return {"policy": run.router_policy, "count": len({i for i, _ in run.replica_views}),
+            "levels": sorted(rows, key=lambda r: (r["level"], r["replica"]))}
 
 
 def _repeated(level: RepeatedLevel) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class ReportRun:
     bills: tuple[LevelBill, ...] = ()  # each level's usage at the compared provider's prices
     gpu_views: tuple[GpuView, ...] = ()  # each level as its GPUs saw it (power, utilization), when read
     telemetry: dict[str, Any] | None = None  # run.json's telemetry: what was sampled, and why not
+    replica_views: tuple[tuple[int, ServerView], ...] = ()  # behind a router: each replica's own view per level
+    router_policy: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,77 @@
+"""Several replicas of one local engine behind an existing router: `vllm-router` (PyPI), never our own.
+
+Each replica is the engine's own launcher, on a free port, its log in `replica-<i>/engine.log`; the router
+starts once every replica is ready, is given their URLs and a policy (round_robin, cache_aware,
+power_of_two, ...), and is the endpoint the load generator talks to. Everything started is stopped on every
+path, the router first. The router comes from `$BENCH_VLLM_ROUTER` (its executable, e.g. in an environment
+of its own) or `vllm-router` on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from engines.launch import ENGINE_LOG, EngineStartError, ProcessSpec, local_port, run_process
+from engines.types import Endpoint, EngineInfo, Launcher
+
+ROUTER_ENV = "BENCH_VLLM_ROUTER"
+POLICIES = ("round_robin", "cache_aware", "power_of_two", "random", "consistent_hash")
+REPLICA_DIR = "replica-{index}"
+
+
+def find_router() -> str:
+    """The vllm-router executable; a one-line error saying how to install it otherwise."""
+    given = os.environ.get(ROUTER_ENV)
+    if given:
+        if not (Path(given).is_file() and os.access(given, os.X_OK)):
+            raise EngineStartError(f"${ROUTER_ENV}={given} is not an executable: point it at vllm-router")
+        return given
+    found = shutil.which("vllm-router")
+    if found is None:
+        raise EngineStartError("--replicas needs a router: pip install vllm-router (in this environment, or in one "
+                               f"of its own with ${ROUTER_ENV}=/path/to/bin/vllm-router)")
+    return found
+
+
+def check_replicas(count: int, policy: str) -> None:
+    if count < 1:
+        raise ValueError(f"--replicas {count}: expected a whole number >= 1 (replicas behind the router)")
+    if policy not in POLICIES:
+        raise ValueError(f"--router-policy {policy}: choose one of {', '.join(POLICIES)}")
+
+
+@contextmanager
+def launch_replicas(replica: Launcher, count: int, run_dir: Path, policy: str = "round_robin",
+                    port: int | None = None, ready_timeout_s: float = 120.0) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """`count` replicas from `replica` (a launcher on a free port), then the router in front of them."""
+    check_replicas(count, policy)
+    router = find_router()
+    with ExitStack() as stack:
+        running = []
+        for index in range(count):
+            replica_dir = run_dir / REPLICA_DIR.format(index=index)
+            replica_dir.mkdir(parents=True, exist_ok=True)
+            running.append(stack.enter_context(replica(replica_dir)))
+        port, root = local_port(port)
+        roots = [endpoint.base_url.removesuffix("/v1") for endpoint, _ in running]
+        command = [router, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *roots, "--policy", policy,
+                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(local_port(None)[0])]
+        spec = ProcessSpec("vllm-router", command, [root + "/v1/models"], ready_timeout_s=ready_timeout_s)
+        started = stack.enter_context(run_process(spec, run_dir / ENGINE_LOG))
+        first = running[0][1]
+        details = {"router": {"command": command, "policy": policy, "pid": started.pid,
+                              "time_to_ready_s": round(started.time_to_ready_s, 3)},
+                   "replicas": [{"base_url": endpoint.base_url, **asdict(info)} for endpoint, info in running]}
+        info = EngineInfo(name=f"{first.name} x{count}", model=first.model, version=first.version,
+                          launched_by="bench", details=details)
+        yield Endpoint(root + "/v1", first.model), info
+
+
+def replica_urls(info: EngineInfo) -> list[str]:
+    """The replicas' own base URLs, from what `launch_replicas` recorded (none for a single engine)."""
+    return [r["base_url"] for r in info.details.get("replicas", [])]

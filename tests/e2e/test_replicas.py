@@ -1,0 +1,46 @@
+"""Replicas of the reference engine behind vllm-router (an existing router, never ours): launched, measured
+through the router, each replica's own metrics sampled, and everything stopped."""
+
+from __future__ import annotations
+
+import json
+
+from bench.rundir import replica_views
+from tests.bench.test_cli import bench, only_run_dir
+from tests.servers import is_running
+
+
+def test_two_replicas_behind_the_router_are_measured_and_each_is_sampled(tmp_path) -> None:
+    result = bench("sweep", "--model", "dummy:tiny", "--replicas", "2", "--router-policy", "round_robin",
+                   "--concurrency", "4", "--duration", "4", "--input-tokens", "32", "--output-tokens", "8",
+                   "--shared-prefix", "2:16", "--no-report", "--out", str(tmp_path), timeout=240)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    details = run["engine"]["details"]
+    assert run["engine"]["name"] == "reference x2" and details["router"]["policy"] == "round_robin"
+    replicas = details["replicas"]
+    assert len(replicas) == 2 and len({r["base_url"] for r in replicas}) == 2
+    summary = json.loads((run_dir / "summary.json").read_text())[0]
+    assert summary["num_ok"] > 0 and summary["num_failed"] == 0
+    views = replica_views(run_dir)
+    assert {index for index, _ in views} == {0, 1}
+    tokens = [view.generated_tokens for _, view in views]
+    assert all(t is not None and t > 0 for t in tokens)  # round robin: both replicas generated
+    assert "each replica behind the router" in result.stdout
+    assert not is_running(details["router"]["pid"])
+    assert not any(is_running(r["details"]["pid"]) for r in replicas)
+
+
+def test_bad_replica_flags_are_one_line_errors_naming_what_to_change(tmp_path) -> None:
+    base = ["sweep", "--requests", "1", "--out", str(tmp_path)]
+    zero = bench(*base, "--replicas", "0")
+    assert zero.returncode != 0 and "--replicas 0: expected a whole number >= 1" in zero.stderr
+    policy = bench(*base, "--replicas", "2", "--router-policy", "fastest")
+    assert policy.returncode != 0 and "--router-policy fastest: choose one of round_robin" in policy.stderr
+    endpoint = bench(*base, "--replicas", "2", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1",
+                     "--model", "m")
+    assert endpoint.returncode != 0 and "only local engines" in endpoint.stderr
+    missing = bench(*base, "--replicas", "2", "--model", "dummy:tiny", env={"BENCH_VLLM_ROUTER": "/no/such/router"})
+    assert missing.returncode != 0 and "BENCH_VLLM_ROUTER=/no/such/router is not an executable" in missing.stderr
+    assert not list(tmp_path.glob("*/replica-*/engine.log"))  # the router was looked for before any replica started
