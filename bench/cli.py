@@ -193,7 +193,11 @@ def serve(ctx: typer.Context) -> None:
     from engines.reference.serving.options import parse_args
 
     stopping.install()
-    options = parse_args(ctx.args, prog="bench serve")  # --help and a bad flag end here, as argparse does
+    replicas, policy, argv = _replica_flags(ctx.args)
+    options = parse_args(argv, prog="bench serve")  # --help and a bad flag end here, as argparse does
+    if replicas is not None:
+        _serve_replicas(argv, options, replicas, policy)
+        return
     try:
         from engines.reference.serving.server import serve as serve_forever
 
@@ -203,6 +207,56 @@ def serve(ctx: typer.Context) -> None:
     except KeyboardInterrupt:  # a stop signal while the model was still loading
         raise typer.Exit(stopping.exit_code()) from None
     raise typer.Exit(128 + stopped_by if stopped_by else 0)
+
+
+def _replica_flags(args: list[str]) -> tuple[int | None, str, list[str]]:
+    """`--replicas N` and `--router-policy P` taken out of `bench serve`'s flags; the rest are the engine's."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--replicas", type=int)
+    parser.add_argument("--router-policy", default="round_robin")
+    known, rest = parser.parse_known_args(args)
+    return known.replicas, known.router_policy, rest
+
+
+def _serve_replicas(argv: list[str], options: Any, replicas: int, policy: str) -> None:
+    """N reference engines behind vllm-router until Ctrl-C (or SIGTERM); all of them stopped then."""
+    import tempfile
+    import time
+
+    from engines.launch import EngineStartError
+    from engines.process import launch_reference_argv
+    from engines.replicas import launch_replicas
+
+    argv = _without(argv, "--port", "--host")
+    logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    try:
+        with launch_replicas(lambda run_dir: launch_reference_argv(run_dir, argv), replicas, logs, policy,
+                             options.port or None) as (endpoint, info):
+            urls = ", ".join(r["base_url"] for r in info.details["replicas"])
+            console.print(f"{info.name} behind vllm-router ({policy}) at {endpoint.base_url} (replicas: {urls}), "
+                          f"model {endpoint.model}; logs in {logs}. Ctrl-C stops them all.", highlight=False,
+                          soft_wrap=True)
+            while True:
+                time.sleep(3600)
+    except (EngineStartError, ValueError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(stopping.exit_code()) from None
+
+
+def _without(argv: list[str], *flags: str) -> list[str]:
+    """`argv` less each of `flags` and its value (`--port 8000` or `--port=8000`)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not any(arg.startswith(flag + "=") for flag in flags):
+            kept.append(arg)
+    return kept
 
 
 @app.command()

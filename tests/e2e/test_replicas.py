@@ -44,3 +44,37 @@ def test_bad_replica_flags_are_one_line_errors_naming_what_to_change(tmp_path) -
     missing = bench(*base, "--replicas", "2", "--model", "dummy:tiny", env={"BENCH_VLLM_ROUTER": "/no/such/router"})
     assert missing.returncode != 0 and "BENCH_VLLM_ROUTER=/no/such/router is not an executable" in missing.stderr
     assert not list(tmp_path.glob("*/replica-*/engine.log"))  # the router was looked for before any replica started
+
+
+def test_bench_serve_runs_replicas_behind_the_router_until_stopped(tmp_path) -> None:
+    import re
+    import signal
+    import subprocess
+
+    import httpx
+
+    from engines.launch import free_port
+    from tests.bench.test_cli import BENCH
+
+    port = free_port()
+    process = subprocess.Popen([*BENCH, "serve", "--replicas", "2", "--model", "dummy:tiny", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/v1) \(replicas: ([^)]*)\)", line)
+        assert match, line
+        assert match.group(1) == f"http://127.0.0.1:{port}/v1"
+        replicas = match.group(2).split(", ")
+        assert len(replicas) == 2
+        models = httpx.get(match.group(1) + "/models", timeout=10).json()
+        assert models["data"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    for url in (match.group(1), *replicas):
+        try:
+            httpx.get(url + "/models", timeout=2)
+            raise AssertionError(f"{url} still answers after bench serve stopped")
+        except httpx.ConnectError:
+            pass
