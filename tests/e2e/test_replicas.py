@@ -12,7 +12,7 @@ from tests.servers import is_running
 
 def test_two_replicas_behind_the_router_are_measured_and_each_is_sampled(tmp_path) -> None:
     result = bench("sweep", "--model", "dummy:tiny", "--replicas", "2", "--router-policy", "round_robin",
-                   "--concurrency", "4", "--duration", "4", "--input-tokens", "32", "--output-tokens", "8",
+                   "--concurrency", "4", "--duration", "3", "--input-tokens", "32", "--output-tokens", "8",
                    "--shared-prefix", "2:16", "--no-report", "--out", str(tmp_path), timeout=240)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)

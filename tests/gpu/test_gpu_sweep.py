@@ -15,7 +15,7 @@ from tests.bench.test_cli import bench, only_run_dir
 
 def test_a_sweep_reads_the_gpus_and_the_report_gives_joules_per_token(standin_gpus: Path, tmp_path) -> None:
     result = bench("sweep", "--model", "dummy:tiny", "--input-tokens", "32", "--output-tokens", "16",
-                   "--concurrency", "1,4", "--duration", "3", "--out", str(tmp_path),
+                   "--concurrency", "1,4", "--duration", "2", "--out", str(tmp_path),
                    env={"PATH": os.environ["PATH"]}, timeout=240)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
