@@ -32,6 +32,7 @@ def availability() -> list[Availability]:
                        for kind in ("vllm-docker", "sglang-docker", "trtllm-docker")]
     return [_reference_availability(), _llamacpp_availability(), _vllm_availability(), _sglang_availability(),
             _ollama_availability(),
+            _lmstudio_availability(),
             Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)"),
             *container_kinds, Availability("container", docker.can_run, docker.detail + "; your own image")]
 
@@ -55,6 +56,13 @@ def _llamacpp_availability() -> Availability:
         return Availability("llamacpp", True, "llama.cpp's server embedded in the xllamacpp package")
     return Availability("llamacpp", False,
                         "no llama-server on PATH and xllamacpp is not installed (pip install xllamacpp)")
+
+
+def _lmstudio_availability() -> Availability:
+    binary = shutil.which("lms")
+    if binary is None:
+        return Availability("lmstudio", False, "no `lms` on PATH (install LM Studio, then `lms bootstrap`)")
+    return Availability("lmstudio", True, f"lms at {binary}; --model names a model already downloaded (lms ls)")
 
 
 def _ollama_availability() -> Availability:

@@ -96,6 +96,12 @@ def _process() -> ModuleType:
     return process
 
 
+def _lmstudio() -> LocalLauncher:
+    from engines.lmstudio import launch_lmstudio
+
+    return launch_lmstudio
+
+
 def _docker() -> ModuleType:
     """`engines.docker`, imported when a container kind is made rather than with this module."""
     from engines import docker
@@ -110,6 +116,7 @@ ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
     "vllm": lambda o: _local_process(_process().launch_vllm, o),
     "sglang": lambda o: _local_process(_process().launch_sglang, o),
     "ollama": lambda o: _local_process(_process().launch_ollama, o),
+    "lmstudio": lambda o: _local_process(_lmstudio(), o),
     "vllm-docker": lambda o: _engine_image(_docker().vllm_spec, o),
     "sglang-docker": lambda o: _engine_image(_docker().sglang_spec, o),
     "trtllm-docker": lambda o: _engine_image(_docker().trtllm_spec, o),
