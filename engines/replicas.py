@@ -4,13 +4,14 @@ Each replica is the engine's own launcher, on a free port, its log in `replica-<
 starts once every replica is ready, is given their URLs and a policy (round_robin, cache_aware,
 power_of_two, ...), and is the endpoint the load generator talks to. Everything started is stopped on every
 path, the router first. The router comes from `$BENCH_VLLM_ROUTER` (its executable, e.g. in an environment
-of its own) or `vllm-router` on PATH.
+of its own), else this interpreter's environment, else `vllm-router` on PATH.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
@@ -31,7 +32,8 @@ def find_router() -> str:
         if not (Path(given).is_file() and os.access(given, os.X_OK)):
             raise EngineStartError(f"${ROUTER_ENV}={given} is not an executable: point it at vllm-router")
         return given
-    found = shutil.which("vllm-router")
+    beside = Path(sys.executable).parent / "vllm-router"  # installed with this environment, not activated
+    found = str(beside) if beside.is_file() else shutil.which("vllm-router")
     if found is None:
         raise EngineStartError("--replicas needs a router: pip install vllm-router (in this environment, or in one "
                                f"of its own with ${ROUTER_ENV}=/path/to/bin/vllm-router)")
