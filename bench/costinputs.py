@@ -5,7 +5,7 @@ so a search and a report agree on what meets the SLO."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from costmodel.model import slo_problems
@@ -110,11 +110,18 @@ def measured_cache_hit_rate(summaries: Sequence[LevelSummary], views: Sequence[S
     return None
 
 
+def power_per_gpu(views: Sequence[GpuView], is_level: Callable[[str], bool]) -> float | None:
+    """The GPUs' mean draw per GPU over the levels `is_level` picks; None where none was read."""
+    watts = [v.mean_power_w / v.num_gpus for v in views
+             if v.mean_power_w is not None and v.num_gpus and is_level(v.level)]
+    return sum(watts) / len(watts) if watts else None
+
+
 def with_power(levels: Sequence[MeasuredLevel], views: Sequence[GpuView]) -> tuple[MeasuredLevel, ...]:
     """Each level with its GPUs' mean draw per GPU, where they were read (a repeated level: over its repeats)."""
-    per_gpu: dict[str, list[float]] = {}
-    for view in views:
-        if view.mean_power_w is not None and view.num_gpus:
-            per_gpu.setdefault(parse_label(view.level).base, []).append(view.mean_power_w / view.num_gpus)
-    return tuple(replace(lv, power_w_per_gpu=sum(w) / len(w)) if (w := per_gpu.get(parse_label(lv.label).base))
-                 else lv for lv in levels)
+    def same_level(label: str) -> Callable[[str], bool]:
+        base = parse_label(label).base
+        return lambda other: parse_label(other).base == base
+
+    with_watts = [(lv, power_per_gpu(views, same_level(lv.label))) for lv in levels]
+    return tuple(lv if watts is None else replace(lv, power_w_per_gpu=watts) for lv, watts in with_watts)

@@ -24,6 +24,7 @@ from bench.costinputs import (
     latency_limits,
     measured_cache_hit_rate,
     measured_levels,
+    power_per_gpu,
     repeated_level,
     token_usage,
     with_power,
@@ -130,10 +131,9 @@ def _capacity_level(run: ReportRun) -> MeasuredLevel | None:
     found = [s for s in run.summaries if s.level in labels]
     if not found:
         return None
-    power = with_power([repeated_level([s]) for s in found], run.gpu_views)
-    watts = [lv.power_w_per_gpu for lv in power if lv.power_w_per_gpu is not None]
     level = repeated_level(found, "capacity" if len(found) > 1 else None)
-    return replace(level, power_w_per_gpu=sum(watts) / len(watts)) if watts else level
+    watts = power_per_gpu(run.gpu_views, set(labels).__contains__)
+    return level if watts is None else replace(level, power_w_per_gpu=watts)
 
 
 def _measured(run: ReportRun) -> tuple[LevelSummary, ...]:

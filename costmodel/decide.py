@@ -191,7 +191,7 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
                             f"not know '{pricing.gpu}'; set pricing.owned.power_w_per_gpu")
         else:
             owned = compare_owned(best, compared, resolved.assumptions, resolved.monthly_tokens, pricing.owned, power)
-            said = with_owned(said, owned, requirements)
+            said = with_owned(said, owned)
     return Decision(results, best, compared, said, rows, resolved, requirements, slo, pricing.slo_attainment_target,
                     tuple(stale_prices(rows_used, today)), today, tuple(warnings), owned)
 

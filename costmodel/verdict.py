@@ -148,7 +148,7 @@ def _required(requirements: Requirements, lines: list[str], self_usd: float | No
     return Verdict("self-host-required", head, tuple(lines), self_usd, api_usd, cross_tokens)
 
 
-def with_owned(said: Verdict, owned: OwnedComparison | None, requirements: Requirements) -> Verdict:
+def with_owned(said: Verdict, owned: OwnedComparison | None) -> Verdict:
     """The verdict with owning beside renting and paying per token: its lines, and its answer when owning
     is the cheapest of the three."""
     if owned is None:

@@ -97,11 +97,6 @@ class RequestRecord:
         return self.chunk_times_s[0] if self.chunk_times_s else None
 
     @property
-    def ttfvt_s(self) -> float | None:
-        """Send -> first visible content: after a reasoning model's reasoning, the first word a user sees."""
-        return self.first_visible_s
-
-    @property
     def retry_wait_s(self) -> float:
         """How long throttling kept the request from being answered: first try -> the try that was answered."""
         return self.send_s - self.first_send_s if self.first_send_s is not None else 0.0

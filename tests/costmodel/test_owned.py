@@ -92,3 +92,21 @@ def test_payback_counts_the_running_costs_not_the_purchase() -> None:
 def test_bad_owned_figures_name_their_field(field: str, value: float, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Owned(**{**OWNED.model_dump(), field: value})
+
+
+def test_the_draw_measured_at_the_operating_point_powers_the_owned_servers() -> None:
+    """550 W per GPU measured: (8 x 550 + 1,000) W x 1.3 x 730 h = 5,124.6 kWh -> $512.46 at $0.10."""
+    from datetime import date
+
+    from costmodel.decide import decide
+    from costmodel.inputs import Pricing, Requirements, Traffic
+    from costmodel.prices import load_catalog
+    from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
+
+    measured = MeasuredLevel("c16", 16, 10.0, 1280.0, 2560.0, 1.0, mean_input_tokens=256, mean_output_tokens=128,
+                             num_ok=100, power_w_per_gpu=550.0)
+    d = decide([EngineLevels("ref", (measured,))], LatencyLimits(), Traffic(monthly_tokens=3e9),
+               Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
+               load_catalog(), date(2026, 12, 1))
+    assert d.owned is not None and d.owned.server.power_w_per_gpu == 550.0
+    assert d.owned.server.power_source.startswith("measured") and round(d.owned.server.energy_usd, 2) == 512.46

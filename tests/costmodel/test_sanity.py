@@ -70,31 +70,18 @@ def test_where_no_band_applies_nothing_is_said(
     assert sanity_warnings(cost, model, gpu, gpus, price, concurrency) == []
 
 
+def _given(output_tokens_per_s: float) -> object:
+    return decide_given(output_tokens_per_s, 256, 128, Traffic(monthly_tokens=3e9),
+                        Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+
+
 def test_the_warning_reaches_the_decision() -> None:
     # 50,000 tok/s on one H100 SXM at the catalog's median $3.99: 3.99e6 / (3600 * 50,000) = $0.0222 per 1M
-    d = decide_given(
-        50_000,
-        256,
-        128,
-        Traffic(monthly_tokens=3e9),
-        Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
-        Requirements(),
-        CATALOG,
-        TODAY,
-    )
+    d = _given(50_000)
     assert any(
         w.startswith("self-hosted given: self-hosted $0.0222 per 1M output tokens is below $0.05") for w in d.warnings
     ), d.warnings
-    fine = decide_given(
-        3_000,
-        256,
-        128,
-        Traffic(monthly_tokens=3e9),
-        Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
-        Requirements(),
-        CATALOG,
-        TODAY,
-    )
+    fine = _given(3_000)
     assert not any(WHY in w for w in fine.warnings)
 
 
