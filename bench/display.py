@@ -18,6 +18,7 @@ from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
 from loadgen.runner import LevelBounds
 from loadgen.types import Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
+from reports.ui_overhead import UiLevel
 
 
 class RichSweepProgress:
@@ -132,6 +133,24 @@ def replica_view_table(views: list[tuple[int, ServerView]], title: str) -> Table
         table.add_row(v.level, str(index), _fmt(v.mean_running), _fmt(v.mean_waiting), _fmt(v.generated_tokens, 0),
                       share(v.prefix_cache_hit_rate))
     return table
+
+
+def ui_overhead_table(levels: list[UiLevel], title: str) -> Table:
+    """Direct to the engine and through the UI, level by level: TTFT and ITL p50 and what the UI added,
+    output tokens/s and the share the UI kept."""
+    table = Table(title=title)
+    for name in ("level", "TTFT p50 direct", "via UI", "added", "ITL p50 direct", "via UI", "added",
+                 "tok/s direct", "via UI", "kept"):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for lv in levels:
+        table.add_row(lv.level, _fmt(lv.ttft_p50_direct_ms), _fmt(lv.ttft_p50_ui_ms), _signed(lv.ttft_added_ms),
+                      _fmt(lv.itl_p50_direct_ms), _fmt(lv.itl_p50_ui_ms), _signed(lv.itl_added_ms),
+                      _fmt(lv.tokens_per_s_direct), _fmt(lv.tokens_per_s_ui), share(lv.throughput_share))
+    return table
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+,.1f}"
 
 
 def server_view_table(views: list[ServerView], title: str) -> Table:

@@ -23,6 +23,9 @@ class MeasureFlags:
     port: int | None = None
     replicas: int | None = None
     router_policy: str | None = None
+    replica_metrics: str | None = None
+    through_ui: bool = False
+    ui_python: str | None = None
     engine_file: list[Path] | None = None
     api_key_env: str | None = None
     scenario: str | None = None
@@ -72,6 +75,14 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
                                               "(pip install vllm-router; or $BENCH_VLLM_ROUTER).")),
     "router_policy": (str, typer.Option(None, help="The router's policy with --replicas: round_robin (default), "
                                                    "cache_aware, power_of_two, random, consistent_hash.")),
+    "replica_metrics": (str, typer.Option(None, help="--engine endpoint behind a gateway: URL,... of each replica "
+                                                     "(pod) whose Prometheus /metrics to sample, e.g. "
+                                                     "http://10.0.0.7:8000/metrics.")),
+    "through_ui": (bool, typer.Option(False, help="Measure each engine twice: direct, then through Open WebUI's "
+                                                  "chat API in front of it, side by side (`--engine openwebui` "
+                                                  "does this for the reference engine).")),
+    "ui_python": (str, typer.Option(None, help="The Python of Open WebUI's own environment (default: "
+                                               "$BENCH_OPENWEBUI, the environment's folder).")),
     "engine_file": (list[Path], typer.Option(None, help="Engine spec in YAML (engine, model, flags); repeatable.")),
     "api_key_env": (str, typer.Option(None, help="NAME of the environment variable holding the API key.")),
     "scenario": (str, typer.Option(None, help="Scenario file, or the name of a shipped one (default: chat).")),

@@ -48,6 +48,9 @@ class Outcome:
     already_complete: list[Path]
 
 
+UI_KIND = "openwebui"  # `--engine openwebui`: the reference engine, direct and through Open WebUI
+
+
 def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacity: CapacityPlan | None = None,
                adjust: Callable[[Scenario], Scenario] | None = None) -> list[Job]:
     """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
@@ -60,12 +63,18 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
+    through_ui = flags.through_ui or UI_KIND in kinds
+    kinds = [kind for kind in kinds if kind != UI_KIND] or ([] if flags.engine_file else ["reference"])
     replicas = flags.replicas if flags.replicas is not None else 1
     check_replicas(replicas, flags.router_policy or "round_robin")
     specs = [EngineFile(engine=kind, model=flags.model, base_url=flags.base_url, api_key_env=flags.api_key_env,
                         port=flags.port, args=parse_engine_args(flags.engine_arg or []), replicas=replicas,
-                        router_policy=flags.router_policy or "round_robin") for kind in kinds]
+                        router_policy=flags.router_policy or "round_robin",
+                        replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
+    if through_ui:  # each engine direct first, then with the UI in front: the same workload both ways
+        specs += [spec.model_copy(update={"ui": True, "ui_python": flags.ui_python,
+                                          "name": f"{spec.name or spec.engine}+{UI_KIND}"}) for spec in specs]
     for spec in specs:
         read_api_key(spec.api_key_env)  # a key named but not set is a bad flag: said before anything starts
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
@@ -73,6 +82,10 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
                           replay=replay),
                 make_launcher(spec)) for spec in specs]
+
+
+def _split(listed: str | None) -> list[str]:
+    return [part.strip() for part in (listed or "").split(",") if part.strip()]
 
 
 def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> tuple[list[Job], list[Path]]:
@@ -157,6 +170,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
     repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
     if repeated:
         console.print(repeats_table(repeated))
+    _print_ui_overhead(summaries)
     for result in outcome.results:
         views = rundir.server_views(result.run_dir)
         if views:
@@ -182,6 +196,21 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
     errors.print("fix what failed and run it again" + (f" (unfinished: {unfinished})" if unfinished else ""),
                  highlight=False)
     return 1
+
+
+def _print_ui_overhead(summaries: list[LevelSummary]) -> None:
+    """Each engine measured direct and through Open WebUI (`--through-ui`): the two side by side."""
+    from bench.display import ui_overhead_table
+    from engines.openwebui import VIA_UI
+    from reports.ui_overhead import bottleneck_sentence, pair_levels
+
+    engines = dict.fromkeys(s.engine for s in summaries)
+    for name in [e for e in engines if e.endswith(VIA_UI)]:
+        direct = name.removesuffix(VIA_UI)
+        levels = pair_levels([s for s in summaries if s.engine == direct], [s for s in summaries if s.engine == name])
+        if levels:
+            console.print(ui_overhead_table(levels, title=f"{direct}: direct and through Open WebUI"))
+            console.print(bottleneck_sentence(levels), highlight=False)
 
 
 def _write_reports(run_dirs: list[Path], out: Path) -> None:

@@ -72,6 +72,7 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         is_run = (run_dirs[0] / rundir.RUN_FILE).is_file()
         settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
     runs, skipped = load_runs(run_dirs, settings.slo)
+    runs = _with_ui_levels(runs)
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(run.label, with_power(measured_levels(_measured(run)), run.gpu_views),
@@ -97,6 +98,28 @@ def render_run_report(run_dir: Path) -> Path | None:
         return render_report([Path(run_dir)], Path(run_dir) / REPORT_NAME).files.html
     except NothingToReport:
         return None
+
+
+def _screenshot(run_dir: Path, ui: dict[str, Any] | None) -> bytes | None:
+    """The UI's page answering, as the browser check saved it in the run directory."""
+    name = ((ui or {}).get("page") or {}).get("screenshot")
+    path = run_dir / name if name else None
+    return path.read_bytes() if path is not None and path.is_file() else None
+
+
+def _with_ui_levels(runs: list[ReportRun]) -> list[ReportRun]:
+    """A run through a UI, beside the run of the same engine direct when the report has both."""
+    from engines.openwebui import VIA_UI
+    from reports.ui_overhead import pair_levels
+
+    by_engine = {run.summaries[0].engine: run for run in runs if run.summaries}
+    paired = []
+    for run in runs:
+        engine = run.summaries[0].engine if run.summaries else ""
+        direct = by_engine.get(engine.removesuffix(VIA_UI)) if run.ui and engine.endswith(VIA_UI) else None
+        paired.append(replace(run, ui_levels=tuple(pair_levels(list(direct.summaries), list(run.summaries))))
+                      if direct is not None else run)
+    return paired
 
 
 def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[ReportRun]) -> tuple[Traffic, str]:
@@ -183,12 +206,14 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
                      f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "
                      "larger file, or shorter levels)")
     gpus = info.gpu_names
+    ui = info.engine.get("details", {}).get("ui")
     return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
                      missing=missing, cut_short=cut_short, notes=tuple(notes),
                      server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
                      gpu_views=tuple(rundir.gpu_views(run_dir)), telemetry=info.telemetry,
                      replica_views=tuple(rundir.replica_views(run_dir)),
                      router_policy=(info.engine.get("details", {}).get("router") or {}).get("policy"),
+                     ui=ui, ui_screenshot=_screenshot(run_dir, ui),
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
                      capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),

@@ -33,7 +33,7 @@ from bench.rundir import RunInfo
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import context_length, read_api_key
 from engines.launch import EngineGone, still_answering
-from engines.replicas import replica_urls
+from engines.replicas import replica_metrics_urls
 from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import telemetry
 from loadgen.arrivals import Level
@@ -179,7 +179,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
     try:
         with launch(run_dir) as (endpoint, engine):
             started = True
-            url = telemetry.metrics_url(endpoint.base_url)
+            url = endpoint.metrics_url or telemetry.metrics_url(endpoint.base_url)
             no_telemetry = telemetry.probe(url)
             gpus = _gpu_telemetry(engine)
             run = replace(run, status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
@@ -251,9 +251,9 @@ def _replica_sampling(engine: EngineInfo, run_dir: Path) -> Iterator[None]:
     """Behind a router, each replica's own /metrics too (one sampler each), so the report can show how the
     router spread the load and where the prefix cache hit."""
     with ExitStack() as stack:
-        for index, base_url in enumerate(replica_urls(engine)):
+        for index, url in enumerate(replica_metrics_urls(engine)):
             path = run_dir / rundir.REPLICA_TELEMETRY.format(index=index)
-            stack.enter_context(telemetry.sampling(telemetry.metrics_url(base_url), path))
+            stack.enter_context(telemetry.sampling(url, path))
         yield
 
 

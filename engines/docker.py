@@ -50,6 +50,8 @@ class ContainerOptions:
     extra_args: dict[str, str] = field(default_factory=dict)
     image: str | None = None
     ready_timeout_s: float = 1800.0  # a first start may download weights and compile kernels
+    env: dict[str, str] = field(default_factory=dict)  # more environment (e.g. a mirror's address)
+    volumes: dict[str, str] = field(default_factory=dict)  # more mounts: host path -> container path[:ro]
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,9 @@ def trtllm_spec(o: ContainerOptions) -> ContainerSpec:
                     "kv_cache_free_gpu_memory_fraction": o.gpu_memory_fraction, "max_seq_len": o.max_model_len,
                     "host": "0.0.0.0", "port": 8000})
     if o.quantization:
-        raise EngineStartError("trtllm: quantization is chosen when the checkpoint is built, not at serve time; "
-                               "give --model a quantized checkpoint instead")
+        raise EngineStartError("trtllm with backend=pytorch: quantization comes with the checkpoint, not at serve "
+                               "time; give --model a quantized checkpoint, or drop backend=pytorch so that the "
+                               "TensorRT build quantizes it")
     return _spec("trtllm", o, "nvcr.io/nvidia/tensorrt-llm/release:latest", ["trtllm-serve", o.model, *flags], 8000)
 
 
@@ -108,8 +111,8 @@ def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port
     return ContainerSpec(
         engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(o.extra_args)],
         container_port=port, served_model=o.model, gpus=o.gpus, ready_timeout_s=o.ready_timeout_s,
-        env={"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {},
-        volumes={str(hf_cache_dir()): HF_CACHE_IN_CONTAINER}, **extra,
+        env={**({"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {}), **o.env},
+        volumes={str(hf_cache_dir()): HF_CACHE_IN_CONTAINER, **o.volumes}, **extra,
     )
 
 
@@ -222,6 +225,44 @@ def launch_container(
         info = EngineInfo(name=spec.engine, model=spec.served_model, version=version, launched_by="bench",
                           details=details)
         yield Endpoint(root + "/v1", spec.served_model), info
+    finally:
+        stop_and_remove(container)
+        lifeline.stand_down(watcher)
+        follower.join(timeout=5)
+
+
+def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, client: Any = None) -> float:
+    """Run a one-shot container (an engine build) until it exits, its output in engine.log; returns its
+    seconds. It is removed on every path (and by the lifeline's watcher if this process dies); a non-zero
+    exit or running past `timeout_s` is an EngineStartError carrying the end of its log."""
+    client = client or docker_client()
+    log_path = run_dir / ENGINE_LOG
+    name = container_name(spec)
+    with log_path.open("ab") as log:
+        ensure_image(client, spec.image, log)
+    kwargs = run_kwargs(spec, local_port(None)[0], name, run_dir.name)
+    kwargs.pop("ports")  # a build serves nothing
+    started_at = time.monotonic()
+    watcher = lifeline.start_watcher(log_path, container=name)
+    try:
+        container = client.containers.run(**kwargs)
+    except BaseException:
+        lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
+        lifeline.stand_down(watcher)
+        raise
+    follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
+    follower.start()
+    try:
+        while (code := _exit_code(container)) is None:
+            if time.monotonic() - started_at > timeout_s:
+                raise EngineStartError(f"{spec.engine} did not finish within {timeout_s:.0f} s; the end of its "
+                                       f"log:\n{_logs_tail(container)}")
+            time.sleep(0.5)
+        follower.join(timeout=5)
+        if code != 0:
+            raise EngineStartError(f"{spec.engine} exited with code {code}; the end of its log:\n"
+                                   f"{_logs_tail(container)}")
+        return time.monotonic() - started_at
     finally:
         stop_and_remove(container)
         lifeline.stand_down(watcher)

@@ -75,7 +75,10 @@ def context_length(endpoint: Endpoint) -> int | None:
 
 
 @contextmanager
-def use_endpoint(endpoint: Endpoint) -> Iterator[tuple[Endpoint, EngineInfo]]:
+def use_endpoint(endpoint: Endpoint, replica_metrics: list[str] | None = None
+                 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """The endpoint, checked; behind a gateway, `replica_metrics` are its pods' /metrics URLs, recorded so
+    the sweep samples each one as it does replicas it launched."""
     models, headers = list_models(endpoint)
     if endpoint.model not in models:
         served = ", ".join(models[:10]) or "none"
@@ -84,6 +87,7 @@ def use_endpoint(endpoint: Endpoint) -> Iterator[tuple[Endpoint, EngineInfo]]:
         name="endpoint",
         model=endpoint.model,
         details={"base_url": endpoint.base_url, "server": headers.get("server"), "models": models[:50],
-                 "api_key_env": endpoint.api_key_env},
+                 "api_key_env": endpoint.api_key_env,
+                 **({"replicas": [{"metrics_url": url} for url in replica_metrics]} if replica_metrics else {})},
     )
     yield endpoint, info

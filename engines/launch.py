@@ -132,9 +132,10 @@ def wait_until_ready(
 
 
 def still_answering(base_url: str, timeout_s: float = 10.0) -> bool:
-    """Whether the OpenAI API at `base_url` (ending in /v1) still lists its models."""
+    """Whether the OpenAI API at `base_url` (ending in /v1) still answers for its models (asking for a key,
+    as a UI in front of the engine does, is answering)."""
     try:
-        return httpx.get(base_url.rstrip("/") + "/models", timeout=timeout_s).status_code == 200
+        return httpx.get(base_url.rstrip("/") + "/models", timeout=timeout_s).status_code in (200, 401, 403)
     except httpx.HTTPError:
         return False
 

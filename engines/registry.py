@@ -33,11 +33,17 @@ def make_endpoint(o: EngineFile) -> Launcher:
         raise EngineError("--engine endpoint needs --base-url (e.g. http://127.0.0.1:8000/v1)")
     if not o.model:
         raise EngineError("--engine endpoint needs --model (the name the server lists at /v1/models)")
+    from engines.replicas import check_metrics_urls
+
     try:
         endpoint = Endpoint(o.base_url.rstrip("/"), o.model, o.api_key_env)
     except ValueError as exc:
         raise EngineError(f"--base-url: {exc}") from None
-    return lambda run_dir: use_endpoint(endpoint)
+    try:
+        pods = check_metrics_urls(o.replica_metrics)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    return lambda run_dir: use_endpoint(endpoint, pods)
 
 
 def _local_process(launch: LocalLauncher, o: EngineFile) -> Launcher:
@@ -48,17 +54,35 @@ def _local_process(launch: LocalLauncher, o: EngineFile) -> Launcher:
 
 def _engine_image(to_spec: Callable[[ContainerOptions], ContainerSpec], o: EngineFile) -> Launcher:
     """An engine's own image, our options mapped to its flags by `to_spec` (one of `engines.docker`'s)."""
-    from engines.docker import ContainerOptions, launch_container
+    from engines.docker import launch_container
+
+    spec = to_spec(_container_options(o))
+    return lambda run_dir: launch_container(run_dir, spec, o.port)
+
+
+def _trtllm(o: EngineFile) -> Launcher:
+    """TensorRT-LLM's image: the engine built ahead of time (or found built), then served."""
+    from engines.launch import EngineStartError
+    from engines.trtllm import check_options, launch_trtllm
+
+    options = _container_options(o)
+    try:
+        check_options(options)
+    except EngineStartError as exc:
+        raise EngineError(str(exc)) from None
+    return lambda run_dir: launch_trtllm(run_dir, options, o.port)
+
+
+def _container_options(o: EngineFile) -> ContainerOptions:
+    from engines.docker import ContainerOptions
 
     if not o.model:
         raise EngineError(f"--engine {o.engine} needs --model (a Hugging Face id or a path inside the container)")
-    options = ContainerOptions(
+    return ContainerOptions(
         model=o.model, gpus=_gpus(o), tensor_parallel_size=o.tensor_parallel_size, max_num_seqs=o.max_num_seqs,
         gpu_memory_fraction=o.gpu_memory_fraction, quantization=o.quantization, max_model_len=o.max_model_len,
-        extra_args=_args(o), image=o.image, ready_timeout_s=o.ready_timeout_s,
+        extra_args=_args(o), image=o.image, ready_timeout_s=o.ready_timeout_s, env=o.env, volumes=o.volumes,
     )
-    spec = to_spec(options)
-    return lambda run_dir: launch_container(run_dir, spec, o.port)
 
 
 def make_container(o: EngineFile) -> Launcher:
@@ -119,7 +143,7 @@ ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
     "lmstudio": lambda o: _local_process(_lmstudio(), o),
     "vllm-docker": lambda o: _engine_image(_docker().vllm_spec, o),
     "sglang-docker": lambda o: _engine_image(_docker().sglang_spec, o),
-    "trtllm-docker": lambda o: _engine_image(_docker().trtllm_spec, o),
+    "trtllm-docker": _trtllm,
     "container": make_container,
 }
 
@@ -134,9 +158,26 @@ REPLICABLE = ("reference", "llamacpp", "vllm", "sglang")  # local engines that t
 def make_launcher(options: EngineFile) -> Launcher:
     if options.engine not in ENGINES:
         raise EngineError(f"unknown --engine '{options.engine}'; choose one of: {', '.join(sorted(ENGINES))}")
+    if options.replica_metrics and options.engine != "endpoint":
+        raise EngineError(f"--replica-metrics is for --engine endpoint (a gateway's pods), not '{options.engine}'; "
+                          "replicas that bench launches are sampled already")
+    if options.ui:
+        return _through_ui(options)
     if options.replicas == 1:
         return ENGINES[options.engine](options)
     return _replicated(options)
+
+
+def _through_ui(o: EngineFile) -> Launcher:
+    """The engine as asked, with Open WebUI in front of it."""
+    from engines.launch import EngineStartError
+    from engines.openwebui import through_openwebui
+
+    engine = make_launcher(o.model_copy(update={"ui": False}))
+    try:
+        return through_openwebui(engine, o.ui_python)
+    except EngineStartError as exc:
+        raise EngineError(str(exc)) from None
 
 
 def _replicated(o: EngineFile) -> Launcher:

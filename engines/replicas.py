@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from urllib.parse import urlparse
 
 from engines.launch import ENGINE_LOG, EngineStartError, ProcessSpec, local_port, run_process
 from engines.types import Endpoint, EngineInfo, Launcher
@@ -68,12 +69,30 @@ def launch_replicas(replica: Launcher, count: int, run_dir: Path, policy: str = 
         first = running[0][1]
         details = {"router": {"command": command, "policy": policy, "pid": started.pid,
                               "time_to_ready_s": round(started.time_to_ready_s, 3)},
-                   "replicas": [{"base_url": endpoint.base_url, **asdict(info)} for endpoint, info in running]}
+                   "replicas": [{"base_url": endpoint.base_url, "metrics_url": _metrics_url(endpoint.base_url),
+                                 **asdict(info)} for endpoint, info in running]}
         info = EngineInfo(name=f"{first.name} x{count}", model=first.model, version=first.version,
                           launched_by="bench", details=details)
         yield Endpoint(root + "/v1", first.model), info
 
 
-def replica_urls(info: EngineInfo) -> list[str]:
-    """The replicas' own base URLs, from what `launch_replicas` recorded (none for a single engine)."""
-    return [r["base_url"] for r in info.details.get("replicas", [])]
+def replica_metrics_urls(info: EngineInfo) -> list[str]:
+    """Each replica's own /metrics URL, as `launch_replicas` (or an endpoint given --replica-metrics)
+    recorded them; none for a single engine."""
+    return [r["metrics_url"] for r in info.details.get("replicas", [])]
+
+
+def _metrics_url(base_url: str) -> str:
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"  # served beside the API, not under it
+
+
+def check_metrics_urls(urls: list[str]) -> list[str]:
+    """`--replica-metrics` URLs: http(s) with a host; a bare `http://pod:8000` gets `/metrics` added."""
+    checked = []
+    for url in urls:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"--replica-metrics {url}: expected an http(s) URL with a host, e.g. "
+                             "http://10.0.0.7:8000/metrics")
+        checked.append(url if parsed.path.rstrip("/").endswith("/metrics") else _metrics_url(url))
+    return checked

@@ -18,6 +18,7 @@ class Endpoint:
     base_url: str
     model: str
     api_key_env: str | None = None
+    metrics_url: str | None = None  # the engine's /metrics, where base_url is a proxy in front of it (a UI)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):

@@ -19,6 +19,7 @@ from loadgen.types import LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
 from reports.provider import provider_block
+from reports.ui_overhead import bottleneck_sentence
 
 CAVEATS = [
     "A one-request-at-a-time benchmark overstates the cost of self-hosting many times over: a GPU decodes a "
@@ -57,7 +58,8 @@ def jsonable(value: Any) -> Any:
 
 def build_report_data(inp: ReportInput) -> dict[str, Any]:
     decision, runs = inp.decision, list(inp.runs)
-    engines = [_engine(result, run, decision.compared_to) for result, run in zip(decision.results, runs, strict=True)]
+    engines = [_engine(result, run, decision.compared_to, i)
+               for i, (result, run) in enumerate(zip(decision.results, runs, strict=True))]
     return jsonable({
         "title": _title(decision, inp.model, inp.gpu),
         "generated_at": inp.generated_at.isoformat(timespec="seconds"),
@@ -223,7 +225,7 @@ def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
     return None
 
 
-def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -> dict[str, Any]:
+def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, index: int) -> dict[str, Any]:
     costs = {c.label: c for c in result.levels}
     price = result.provider(compared.id) if compared else None
     # A level's repeats share its cost: the cost model priced the level once, from their mean.
@@ -238,7 +240,19 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None) -
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
             "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
-            "replicas": _replicas(run)}
+            "replicas": _replicas(run), "ui": _ui(run, index)}
+
+
+def _ui(run: ReportRun, index: int) -> dict[str, Any] | None:
+    """Measured through Open WebUI: what its page showed, and each level beside the same one direct."""
+    if run.ui is None:
+        return None
+    levels = [{**asdict(lv), "ttft_added_ms": lv.ttft_added_ms, "itl_added_ms": lv.itl_added_ms,
+               "throughput_share": lv.throughput_share} for lv in run.ui_levels]
+    return {"name": run.ui.get("name"), "version": run.ui.get("version"), "page": run.ui.get("page") or {},
+            "levels": levels,
+            "bottleneck": bottleneck_sentence(list(run.ui_levels)) if run.ui_levels else None,
+            "image": f"ui-{index}" if run.ui_screenshot is not None else None}
 
 
 def _replicas(run: ReportRun) -> dict[str, Any] | None:

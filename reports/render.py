@@ -33,10 +33,11 @@ class ReportFiles:
 
 def write_report(inp: ReportInput, out: Path) -> ReportFiles:
     """Write the report of `inp` to `out` (an .html path), with its Markdown, JSON and plots beside it."""
-    return _write(Path(out), build_report_data(inp))
+    screenshots = {f"ui-{i}": run.ui_screenshot for i, run in enumerate(inp.runs) if run.ui_screenshot}
+    return _write(Path(out), build_report_data(inp), screenshots)
 
 
-def _write(out: Path, data: dict[str, Any]) -> ReportFiles:
+def _write(out: Path, data: dict[str, Any], screenshots: dict[str, bytes] | None = None) -> ReportFiles:
     from reports.plots import PLOTS, draw_all
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -44,16 +45,18 @@ def _write(out: Path, data: dict[str, Any]) -> ReportFiles:
     plots_dir.mkdir(exist_ok=True)
     pngs = draw_all(data)
     paths = []
-    for name, png in pngs.items():
+    for name, png in {**pngs, **(screenshots or {})}.items():  # screenshots beside the plots, for the Markdown
         (plots_dir / f"{name}.png").write_bytes(png)
         paths.append(plots_dir / f"{name}.png")
     data["plots"] = [{"name": name, "title": PLOTS[name][0], "file": f"{plots_dir.name}/{name}.png"}
                      for name in pngs]
     json_path, md_path = out.with_suffix(".json"), out.with_suffix(".md")
     json_path.write_text(json.dumps(data, indent=2) + "\n")
-    images = {name: "data:image/png;base64," + base64.b64encode(png).decode() for name, png in pngs.items()}
+    every = {**pngs, **(screenshots or {})}
+    images = {name: "data:image/png;base64," + base64.b64encode(png).decode() for name, png in every.items()}
     out.write_text(_template("report.html.j2").render(d=data, images=images))
-    md_path.write_text(_template("report.md.j2").render(d=data, images={p["name"]: p["file"] for p in data["plots"]}))
+    md_path.write_text(_template("report.md.j2").render(d=data, images={name: f"{plots_dir.name}/{name}.png"
+                                                                       for name in every}))
     return ReportFiles(out, md_path, json_path, tuple(paths), data)
 
 

@@ -78,3 +78,61 @@ def test_bench_serve_runs_replicas_behind_the_router_until_stopped(tmp_path) -> 
             raise AssertionError(f"{url} still answers after bench serve stopped")
         except httpx.ConnectError:
             pass
+
+
+class _PodMetrics:
+    """A pod's /metrics as vLLM serves them, on a real HTTP server: its token counter grows by `step` at
+    each scrape, so the sweep's sampling of it is seen in what it recorded."""
+
+    def __init__(self, step: int) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        pod = self
+        self.tokens = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                pod.tokens += step
+                body = (f"vllm:num_requests_running 1\nvllm:generation_tokens_total {pod.tokens}\n"
+                        if self.path == "/metrics" else "").encode()
+                self.send_response(200 if body else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_an_endpoints_pods_are_sampled_from_replica_metrics(scripted, tmp_path) -> None:
+    pods = [_PodMetrics(step=10), _PodMetrics(step=30)]
+    try:
+        result = bench("sweep", "--engine", "endpoint", "--base-url", scripted.base_url, "--model", "scripted",
+                       "--replica-metrics", f"{pods[0].url},{pods[1].url}/metrics", "--concurrency", "2",
+                       "--duration", "2", "--no-report", "--out", str(tmp_path))
+    finally:
+        for pod in pods:
+            pod.server.shutdown()
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    details = json.loads((run_dir / "run.json").read_text())["engine"]["details"]
+    assert [r["metrics_url"] for r in details["replicas"]] == [pod.url + "/metrics" for pod in pods]
+    views = dict(replica_views(run_dir))
+    assert set(views) == {0, 1}
+    assert views[0].generated_tokens and views[1].generated_tokens
+    assert views[1].generated_tokens > views[0].generated_tokens  # the second pod's counter grows 3x as fast
+    assert "each replica behind the router" in result.stdout
+
+
+def test_replica_metrics_are_checked_before_anything_is_sent(scripted, tmp_path) -> None:
+    base = ["sweep", "--requests", "1", "--out", str(tmp_path), "--model", "scripted"]
+    bad = bench(*base, "--engine", "endpoint", "--base-url", scripted.base_url, "--replica-metrics", "pod-1:8000")
+    assert bad.returncode != 0 and "--replica-metrics pod-1:8000: expected an http(s) URL" in bad.stderr
+    local = bench(*base, "--replica-metrics", "http://127.0.0.1:9/metrics")
+    assert local.returncode != 0 and "--replica-metrics is for --engine endpoint" in local.stderr
+    assert not list(tmp_path.iterdir())

@@ -188,3 +188,72 @@ def test_engine_options_map_to_each_engines_own_flags(monkeypatch) -> None:
     assert "--max_batch_size" in trtllm.command and "--kv_cache_free_gpu_memory_fraction" in trtllm.command
     assert all("/root/.cache/huggingface" in spec.volumes.values() for spec in (vllm, sglang, trtllm))
     assert vllm.env == {}  # no HF_TOKEN in the environment: none passed
+
+
+STANDIN_TRTLLM = ROOT / "tests" / "engines" / "standin_trtllm"
+
+
+def standin_trtllm_options(**changes) -> ContainerOptions:
+    """TensorRT-LLM options whose image is the test image with the stand-in's `python3` (the LLM API's
+    build) and `trtllm-serve` first on PATH."""
+    env = {"PATH": f"{STANDIN_TRTLLM / 'bin'}:/usr/bin:/bin", "STANDIN_PYTHON": sys.executable,
+           "PYTHONPATH": f"{STANDIN_TRTLLM / 'py'}:{ROOT}"}
+    fields = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpus": None, "image": IMAGE, "max_num_seqs": 64,
+              "max_model_len": 4096, "extra_args": {"dtype": "bfloat16"}, "env": env, "volumes": host_mounts(),
+              "ready_timeout_s": 60.0}
+    return ContainerOptions(**{**fields, **changes})
+
+
+def test_trtllm_builds_once_then_serves_the_cached_engine(podman_api, tmp_path, monkeypatch) -> None:
+    from engines.trtllm import BUILD_RECORD, build_key, ensure_built, find_built, launch_trtllm
+
+    monkeypatch.setenv("BENCH_TRTLLM_ENGINES", str(tmp_path / "engines"))
+    options = standin_trtllm_options()
+    (tmp_path / "first").mkdir()
+    with launch_trtllm(tmp_path / "first", options) as (endpoint, info):
+        build = info.details["build"]
+        assert build["cached"] is False and build["build_s"] > 0
+        assert info.details["time_to_ready_s"] > 0  # serving's own start, apart from the build
+        key = build_key(options)
+        assert endpoint.model == key.name() and key.name().startswith("Llama-3.1-8B-Instruct-bfloat16-noquant-tp1-b64")
+        import httpx
+
+        assert httpx.get(endpoint.base_url + "/models").json()["data"][0]["id"] == key.name()
+        command = info.details["command"]
+        assert command[:6] == ["trtllm-serve", f"/engines/{key.name()}", "--tokenizer", options.model,
+                               "--backend", "tensorrt"]
+        assert "--max_seq_len" not in command and "--dtype" not in command  # fixed at build time
+    engine_dir = tmp_path / "engines" / key.name()
+    record = json.loads((engine_dir / BUILD_RECORD).read_text())
+    assert record["key"]["max_batch_size"] == 64 and record["key"]["dtype"] == "bfloat16"
+    saved = json.loads((engine_dir / "config.json").read_text())["build_config"]
+    assert saved["build_config"]["max_batch_size"] == 64 and saved["build_config"]["max_seq_len"] == 4096
+    assert "[TRT-LLM] engine saved" in (tmp_path / "first" / "engine.log").read_text()
+    assert our_containers(docker.from_env()) == []
+    # The same key is found built: no build container runs; another batch limit is another engine.
+    assert find_built(key) is not None
+    assert ensure_built(tmp_path, options, key).build_s is None
+    other = build_key(standin_trtllm_options(max_num_seqs=256))
+    assert other.name() != key.name() and find_built(other) is None
+
+
+def test_a_failed_trtllm_build_leaves_no_engine_and_no_container(podman_api, tmp_path, monkeypatch) -> None:
+    from engines.trtllm import build_key, ensure_built
+
+    monkeypatch.setenv("BENCH_TRTLLM_ENGINES", str(tmp_path / "engines"))
+    options = standin_trtllm_options(quantization="bogus8")
+    with pytest.raises(EngineStartError, match="trtllm-build exited with code 1") as error:
+        ensure_built(tmp_path, options, build_key(options))
+    assert "KeyError: 'BOGUS8'" in str(error.value)  # the build's own message, from the end of its log
+    assert list((tmp_path / "engines").iterdir()) == []  # the partial folder is gone
+    assert our_containers(docker.from_env()) == []
+
+
+def test_trtllm_backend_choice_is_checked_before_anything_starts() -> None:
+    from engines.engine_file import EngineFile
+    from engines.registry import EngineError, make_launcher
+
+    with pytest.raises(EngineError, match="backend=onnx: trtllm-docker takes backend=tensorrt"):
+        make_launcher(EngineFile(engine="trtllm-docker", model="m", args={"backend": "onnx"}))
+    with pytest.raises(EngineError, match="with backend=pytorch: quantization comes with the checkpoint"):
+        make_launcher(EngineFile(engine="trtllm-docker", model="m", quantization="fp8", args={"backend": "pytorch"}))

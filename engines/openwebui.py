@@ -1,0 +1,212 @@
+"""Open WebUI in front of an engine: the private ChatGPT most self-hosting teams actually run.
+
+Open WebUI comes from an environment of its own (its install is several GB, so it is never a dependency of
+ours): `--ui-python /path/to/bin/python`, else `$BENCH_OPENWEBUI` (that environment's folder, or its
+`open-webui` executable), else `open-webui` on PATH. It is started offline and bound to 127.0.0.1: no hub
+downloads, no telemetry, no title/tag/follow-up generation requests (they would add load that the user did
+not send), configuration from the environment on every start (nothing persisted overrides it), pointed at
+the engine's OpenAI URL, with a data directory of its own. The first start creates the admin account (its
+password kept in the data directory, readable by its owner only); every start signs in and makes an API
+key, with which the load generator talks to Open WebUI's own chat API (`/api/v1/chat/completions`), the
+way its browser page does. The UI stops on every path, before the engine behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from engines.launch import EngineStartError, ProcessSpec, Started, local_port, run_process
+from engines.openwebui_page import PageCheck, check_page
+from engines.types import Endpoint, EngineInfo, Launcher
+
+UI_ENV = "BENCH_OPENWEBUI"
+UI_KEY_ENV = "BENCH_OPENWEBUI_API_KEY"  # the key made at sign-in, for the load generator; never written
+UI_LOG = "openwebui.log"
+VIA_UI = " via Open WebUI"  # added to the engine's name when measured through the UI
+ANSWER_KEPT = 300  # characters of the page's answer kept in run.json
+CREDENTIALS = "bench-credentials.json"
+ADMIN_EMAIL = "bench@localhost"
+INSTALL_HINT = ("python3.11 -m venv /opt/openwebui && /opt/openwebui/bin/pip install torch==2.13.0 open-webui, "
+                f"then ${UI_ENV}=/opt/openwebui (or --ui-python /opt/openwebui/bin/python)")
+
+# Offline, quiet and stateless in configuration: what a measured UI must be.
+FIXED_ENV = {
+    "OFFLINE_MODE": "true", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    "ANONYMIZED_TELEMETRY": "false", "SCARF_NO_ANALYTICS": "true", "DO_NOT_TRACK": "true",
+    "ENABLE_PERSISTENT_CONFIG": "false", "ENABLE_OLLAMA_API": "false", "ENABLE_OPENAI_API": "true",
+    "ENABLE_TITLE_GENERATION": "false", "ENABLE_TAGS_GENERATION": "false", "ENABLE_FOLLOW_UP_GENERATION": "false",
+    "ENABLE_AUTOCOMPLETE_GENERATION": "false", "ENABLE_RETRIEVAL_QUERY_GENERATION": "false",
+    "ENABLE_SEARCH_QUERY_GENERATION": "false", "ENABLE_WEB_SEARCH": "false", "ENABLE_IMAGE_GENERATION": "false",
+    "ENABLE_VERSION_UPDATE_CHECK": "false", "ENABLE_COMMUNITY_SHARING": "false",
+    "RAG_EMBEDDING_ENGINE": "openai",  # no local embedding model to load (it would be fetched from a hub)
+    "RAG_EMBEDDING_MODEL_AUTO_UPDATE": "false", "ENABLE_API_KEYS": "true", "ENABLE_SIGNUP": "true",
+    "DEFAULT_USER_ROLE": "user", "USER_AGENT": "llm-selfhost-bench",
+}
+
+
+@dataclass(frozen=True)
+class UiAccount:
+    email: str
+    password: str
+    api_key: str
+
+
+@dataclass(frozen=True)
+class RunningUi:
+    root: str  # http://127.0.0.1:PORT
+    account: UiAccount
+    started: Started
+    version: str | None
+    data_dir: Path
+
+    def endpoint(self, model: str) -> Endpoint:
+        """Open WebUI's OpenAI-compatible chat API, with the key made at sign-in."""
+        return Endpoint(self.root + "/api/v1", model, UI_KEY_ENV)
+
+
+def find_openwebui(ui_python: str | None = None) -> str:
+    """The open-webui executable; a one-line error saying how to install it otherwise."""
+    if ui_python:
+        beside = Path(ui_python).parent / "open-webui"
+        if not beside.is_file():
+            raise EngineStartError(f"--ui-python {ui_python}: no open-webui beside it; {INSTALL_HINT}")
+        return str(beside)
+    given = os.environ.get(UI_ENV)
+    if given:
+        path = Path(given)
+        candidate = path / "bin" / "open-webui" if path.is_dir() else path
+        if not (candidate.is_file() and os.access(candidate, os.X_OK)):
+            raise EngineStartError(f"${UI_ENV}={given} holds no open-webui executable; {INSTALL_HINT}")
+        return str(candidate)
+    beside = Path(sys.executable).parent / "open-webui"
+    found = str(beside) if beside.is_file() else shutil.which("open-webui")
+    if found is None:
+        raise EngineStartError(f"Open WebUI is not installed: {INSTALL_HINT}")
+    return found
+
+
+def ui_environment(engine: Endpoint, root: str, data_dir: Path, secret_key: str) -> dict[str, str]:
+    """Open WebUI's whole configuration for one start (the engine's key, if any, is passed, never written).
+    Its page streams answers over a websocket that only its own origin (`root`) may open."""
+    key = os.environ.get(engine.api_key_env) if engine.api_key_env else None
+    return {**FIXED_ENV, "DATA_DIR": str(data_dir), "WEBUI_SECRET_KEY": secret_key, "CORS_ALLOW_ORIGIN": root,
+            "OPENAI_API_BASE_URL": engine.base_url.rstrip("/"), "OPENAI_API_KEY": key or "none",
+            "HF_HOME": str(data_dir / "hf")}
+
+
+def _credentials(data_dir: Path) -> dict[str, str]:
+    """This data directory's admin password and secret key, made at its first start (mode 0600)."""
+    path = data_dir / CREDENTIALS
+    if path.is_file():
+        return dict(json.loads(path.read_text()))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    saved = {"email": ADMIN_EMAIL, "password": secrets.token_urlsafe(12), "secret_key": secrets.token_hex(32)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(saved, f)
+    return saved
+
+
+def sign_in(root: str, saved: dict[str, str], timeout_s: float = 30.0) -> UiAccount:
+    """Sign in as the data directory's admin (signing up first on a fresh one), then make an API key."""
+    login = {"email": saved["email"], "password": saved["password"]}
+    with httpx.Client(base_url=root, timeout=timeout_s) as client:
+        response = client.post("/api/v1/auths/signin", json=login)
+        if response.status_code in (400, 401, 403, 404):  # no such account yet: the first user becomes admin
+            response = client.post("/api/v1/auths/signup", json={**login, "name": "bench"})
+        if response.status_code != 200:
+            raise EngineStartError(f"Open WebUI refused to sign in {saved['email']} (HTTP {response.status_code}: "
+                                   f"{response.text[:200]}); remove its data directory to start afresh")
+        token = response.json()["token"]
+        made = client.post("/api/v1/auths/api_key", headers={"Authorization": f"Bearer {token}"})
+        if made.status_code != 200:
+            raise EngineStartError(f"Open WebUI made no API key (HTTP {made.status_code}: {made.text[:200]})")
+        return UiAccount(saved["email"], saved["password"], made.json()["api_key"])
+
+
+def wait_for_model(root: str, account: UiAccount, model: str, timeout_s: float = 30.0) -> None:
+    """Open WebUI lists the engine's models once it has asked the engine; until then a chat would fail."""
+    deadline = time.monotonic() + timeout_s
+    listed: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(root + "/api/models", headers={"Authorization": f"Bearer {account.api_key}"},
+                                 timeout=10)
+            listed = [str(m.get("id")) for m in response.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, AttributeError):
+            listed = []
+        if model in listed:
+            return
+        time.sleep(0.5)
+    raise EngineStartError(f"Open WebUI does not list the engine's model '{model}' (it lists: "
+                           f"{', '.join(listed) or 'none'}); see {UI_LOG}")
+
+
+@contextmanager
+def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int | None = None,
+                     ui_python: str | None = None, ready_timeout_s: float = 240.0) -> Iterator[RunningUi]:
+    """Open WebUI in front of `engine`, signed in, its model listed; stopped on leaving, however left."""
+    executable = find_openwebui(ui_python)
+    saved = _credentials(data_dir)
+    port, root = local_port(port)
+    spec = ProcessSpec("open-webui", [executable, "serve", "--host", "127.0.0.1", "--port", str(port)],
+                       [root + "/health"], env=ui_environment(engine, root, data_dir, saved["secret_key"]),
+                       ready_timeout_s=ready_timeout_s)
+    with run_process(spec, log_dir / UI_LOG) as started:
+        account = sign_in(root, saved)
+        os.environ[UI_KEY_ENV] = account.api_key  # read by name when requests are sent, like any API key
+        try:
+            wait_for_model(root, account, engine.model)
+            yield RunningUi(root, account, started, _version(root), data_dir)
+        finally:
+            os.environ.pop(UI_KEY_ENV, None)
+
+
+def _version(root: str) -> str | None:
+    try:
+        return str(httpx.get(root + "/api/version", timeout=5).json().get("version")) or None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+def through_openwebui(engine: Launcher, ui_python: str | None = None) -> Launcher:
+    """`engine`, with Open WebUI in front: the load goes through the UI's chat API, the telemetry still
+    comes from the engine, and the page is checked once in a browser (its screenshot in the run directory)."""
+    find_openwebui(ui_python)  # a missing install is said before any engine starts
+
+    @contextmanager
+    def launch(run_dir: Path) -> Iterator[tuple[Endpoint, EngineInfo]]:
+        data_dir = Path(tempfile.mkdtemp(prefix="bench-openwebui-"))  # its database: the run's only, then gone
+        try:
+            with engine(run_dir) as (direct, info), \
+                    launch_openwebui(run_dir, direct, data_dir, ui_python=ui_python) as ui:
+                page = check_page(ui.root, ui.account.email, ui.account.password, direct.model, run_dir)
+                yield _through(direct, info, ui, page)
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    return launch
+
+
+def _through(direct: Endpoint, info: EngineInfo, ui: RunningUi, page: PageCheck) -> tuple[Endpoint, EngineInfo]:
+    """Where the load goes (the UI's chat API, the engine's own metrics) and what ran, for run.json."""
+    metrics = direct.metrics_url or direct.base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    seen = replace(page, answer=page.answer[:ANSWER_KEPT] if page.answer else page.answer)
+    details = {**info.details, "engine_base_url": direct.base_url,
+               "ui": {"name": "Open WebUI", "version": ui.version, "base_url": ui.root + "/api/v1",
+                      "time_to_ready_s": round(ui.started.time_to_ready_s, 3), "pid": ui.started.pid,
+                      "page": asdict(seen)}}
+    return replace(ui.endpoint(direct.model), metrics_url=metrics), replace(info, name=info.name + VIA_UI,
+                                                                               details=details)

@@ -1,0 +1,126 @@
+"""Open WebUI in front of an engine: started offline from its own environment, signed in with a key it made,
+measured side by side with the engine direct, and stopped with it. The default suite runs a stand-in
+speaking Open WebUI's API (`standin_openwebui`); `pytest -m openwebui` runs the real one and its page."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engines.launch import EngineStartError
+from engines.openwebui import CREDENTIALS, FIXED_ENV, UI_KEY_ENV, find_openwebui, launch_openwebui
+from engines.types import Endpoint
+from reports.ui_overhead import UiLevel, bottleneck, bottleneck_sentence
+from tests.bench.test_cli import bench
+from tests.engines import standin_openwebui
+from tests.servers import is_running
+
+
+@pytest.fixture
+def standin_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$BENCH_OPENWEBUI is an environment whose `open-webui` is the stand-in; returns where it writes the
+    environment it was started with."""
+    env_dir = tmp_path / "openwebui-env"
+    (env_dir / "bin").mkdir(parents=True)
+    script = env_dir / "bin" / "open-webui"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {standin_openwebui.__file__} \"$@\"\n")
+    script.chmod(0o755)
+    seen = tmp_path / "openwebui-started-with.json"
+    monkeypatch.setenv("BENCH_OPENWEBUI", str(env_dir))
+    monkeypatch.setenv("STANDIN_OPENWEBUI_ENV", str(seen))
+    return seen
+
+
+def test_the_ui_starts_offline_in_front_of_the_engine_signs_in_and_stops(standin_ui, scripted, tmp_path) -> None:
+    engine = Endpoint(scripted.base_url, "scripted")
+    data = tmp_path / "data"
+    with launch_openwebui(tmp_path, engine, data) as ui:
+        started_with = json.loads(standin_ui.read_text())
+        assert started_with["argv"][:3] == ["serve", "--host", "127.0.0.1"]
+        env = started_with["env"]
+        assert {k: env[k] for k in FIXED_ENV} == FIXED_ENV  # offline, no telemetry, no generation tasks
+        assert env["OPENAI_API_BASE_URL"] == scripted.base_url and env["DATA_DIR"] == str(data)
+        assert env["CORS_ALLOW_ORIGIN"] == ui.root  # its page's websocket, from its own origin only
+        endpoint = ui.endpoint("scripted")
+        assert endpoint.base_url == ui.root + "/api/v1" and endpoint.api_key_env == UI_KEY_ENV
+        key = os.environ[UI_KEY_ENV]
+        answer = httpx.post(endpoint.base_url + "/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                            json={"model": "scripted", "messages": [{"role": "user", "content": "hi"}],
+                                  "max_tokens": 3})
+        assert answer.status_code == 200
+        pid = ui.started.pid
+    assert not is_running(pid) and UI_KEY_ENV not in os.environ
+    assert (data / CREDENTIALS).stat().st_mode & 0o777 == 0o600  # the admin's password, its owner's only
+    # A second start on the same data directory signs in as the same admin.
+    with launch_openwebui(tmp_path, engine, data) as again:
+        assert again.account.email == ui.account.email and again.account.password == ui.account.password
+
+
+def test_through_ui_measures_direct_and_through_the_ui_side_by_side(standin_ui, scripted, tmp_path) -> None:
+    scripted.set_script(ttft_ms=20, itl_ms=5)
+    result = bench("sweep", "--engine", "endpoint", "--base-url", scripted.base_url, "--model", "scripted",
+                   "--through-ui", "--concurrency", "1,4", "--duration", "1.5", "--output-tokens", "8",
+                   "--out", str(tmp_path / "runs"), env={"BENCH_OPENWEBUI": os.environ["BENCH_OPENWEBUI"]})
+    assert result.returncode == 0, result.stderr
+    direct, through = sorted((tmp_path / "runs").glob("*-chat"), key=lambda p: "openwebui" in p.name)
+    assert "endpoint+openwebui" in through.name
+    run = json.loads((through / "run.json").read_text())
+    assert run["engine"]["name"] == "endpoint via Open WebUI"
+    ui = run["engine"]["details"]["ui"]
+    assert ui["version"] == standin_openwebui.VERSION and ui["time_to_ready_s"] > 0
+    assert ui["page"]["why_not"].endswith("/auth serves no page")  # the stand-in has no page to look at
+    assert run["endpoint"]["base_url"].endswith("/api/v1") and run["endpoint"]["api_key_env"] == UI_KEY_ENV
+    summary = json.loads((through / "summary.json").read_text())
+    assert [s["num_ok"] > 0 and s["num_failed"] == 0 for s in summary] == [True, True]
+    assert "endpoint: direct and through Open WebUI" in result.stdout
+    assert "Open WebUI" in result.stdout and ("bottleneck" in result.stdout or "kept up" in result.stdout)
+    assert not is_running(ui["pid"])
+    comparison = next((tmp_path / "runs").glob("compare-*.md")).read_text()
+    assert "Measured through Open WebUI" in comparison and "| c4 |" in comparison
+    for path in (p for p in through.rglob("*") if p.is_file()):  # the UI's key is never written
+        assert "sk-" not in path.read_text(errors="replace"), path.name
+
+
+def test_a_missing_open_webui_is_one_line_before_anything_starts(tmp_path) -> None:
+    env = {"BENCH_OPENWEBUI": str(tmp_path / "nowhere")}
+    result = bench("sweep", "--engine", "openwebui", "--requests", "1", "--out", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 2, result.stdout
+    assert f"$BENCH_OPENWEBUI={tmp_path / 'nowhere'} holds no open-webui executable" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+    with pytest.raises(EngineStartError, match="--ui-python /no/python: no open-webui beside it"):
+        find_openwebui("/no/python")
+
+
+def test_the_ui_is_the_bottleneck_at_the_first_level_it_keeps_too_little_of() -> None:
+    def level(label: str, direct: float, ui: float) -> UiLevel:
+        return UiLevel(label, 1, 10.0, 15.0, 2.0, 2.5, direct, ui)
+
+    kept = [level("c1", 100, 98), level("c8", 400, 380)]
+    assert bottleneck(kept) is None and "kept up at every level" in bottleneck_sentence(kept)
+    limited = [*kept, level("c32", 900, 500), level("c64", 1000, 450)]
+    assert bottleneck(limited) == limited[2]
+    assert bottleneck_sentence(limited).startswith("Open WebUI becomes the bottleneck at c32: 56%")
+    assert limited[0].ttft_added_ms == 5.0 and limited[0].itl_added_ms == 0.5
+
+
+@pytest.mark.openwebui
+def test_the_real_open_webui_answers_in_its_page_and_the_report_shows_it(tmp_path) -> None:
+    """The real Open WebUI ($BENCH_OPENWEBUI) in front of the reference engine, its page driven in headless
+    Chromium: the screenshot in the run directory and in the report, the levels side by side."""
+    if not os.environ.get("BENCH_OPENWEBUI"):
+        pytest.fail("set BENCH_OPENWEBUI to Open WebUI's environment (see the README)")
+    result = bench("sweep", "--engine", "openwebui", "--model", "default", "--concurrency", "1,4", "--duration", "5",
+                   "--input-tokens", "32", "--output-tokens", "16", "--out", str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stderr
+    through = next(tmp_path.glob("*reference+openwebui-chat"))
+    page = json.loads((through / "run.json").read_text())["engine"]["details"]["ui"]["page"]
+    assert page["why_not"] is None and page["answer"], page
+    assert (through / "openwebui.png").stat().st_size > 10_000
+    comparison = next(tmp_path.glob("compare-*.html")).read_text()
+    assert "headless Chromium" in comparison and comparison.count("data:image/png;base64,") >= 2
+    assert "reference: direct and through Open WebUI" in result.stdout
