@@ -190,14 +190,16 @@ def _print_server_view(run_dir: Path) -> None:
 def serve(ctx: typer.Context) -> None:
     """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI.
 
-    Takes the engine's own flags (`bench serve --help` lists them): --model, --port, --batching, ..."""
+    Takes the engine's own flags (`bench serve --help` lists them): --model, --port, --batching, ...; and
+    --replicas N [--router-policy P] (behind vllm-router), --ui [--ui-port P] [--ui-python PY] [--ui-data DIR]
+    (Open WebUI in front)."""
     from engines.reference.serving.options import parse_args
 
     stopping.install()
-    replicas, policy, argv = _replica_flags(ctx.args)
+    stack, argv = _stack_flags(ctx.args)
     options = parse_args(argv, prog="bench serve")  # --help and a bad flag end here, as argparse does
-    if replicas is not None:
-        _serve_replicas(argv, options, replicas, policy)
+    if stack.replicas is not None or stack.ui:
+        _serve_stack(argv, options, stack)
         return
     try:
         from engines.reference.serving.server import serve as serve_forever
@@ -210,35 +212,57 @@ def serve(ctx: typer.Context) -> None:
     raise typer.Exit(128 + stopped_by if stopped_by else 0)
 
 
-def _replica_flags(args: list[str]) -> tuple[int | None, str, list[str]]:
-    """`--replicas N` and `--router-policy P` taken out of `bench serve`'s flags; the rest are the engine's."""
+def _stack_flags(args: list[str]) -> tuple[Any, list[str]]:
+    """`bench serve`'s own flags (replicas, router, UI) taken out of its arguments; the rest are the engine's."""
     import argparse
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--replicas", type=int)
     parser.add_argument("--router-policy", default="round_robin")
-    known, rest = parser.parse_known_args(args)
-    return known.replicas, known.router_policy, rest
+    parser.add_argument("--ui", action="store_true")
+    parser.add_argument("--ui-port", type=int, default=8080)
+    parser.add_argument("--ui-python")
+    parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui")
+    return parser.parse_known_args(args)
 
 
-def _serve_replicas(argv: list[str], options: Any, replicas: int, policy: str) -> None:
-    """N reference engines behind vllm-router until Ctrl-C (or SIGTERM); all of them stopped then."""
+def _serve_stack(argv: list[str], options: Any, stack: Any) -> None:
+    """The reference engine (or N replicas behind vllm-router), with Open WebUI in front when asked, until
+    Ctrl-C (or SIGTERM); everything stopped then, the UI first."""
     import tempfile
     import time
+    from contextlib import ExitStack
 
     from engines.launch import EngineStartError
+    from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
     from engines.process import launch_reference_argv
     from engines.replicas import launch_replicas
 
-    argv = _without(argv, "--port", "--host")
     logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    engine_port = options.port or None
     try:
-        with launch_replicas(lambda run_dir: launch_reference_argv(run_dir, argv), replicas, logs, policy,
-                             options.port or None) as (endpoint, info):
-            urls = ", ".join(r["base_url"] for r in info.details["replicas"])
-            console.print(f"{info.name} behind vllm-router ({policy}) at {endpoint.base_url} (replicas: {urls}), "
-                          f"model {endpoint.model}; logs in {logs}. Ctrl-C stops them all.", highlight=False,
-                          soft_wrap=True)
+        if stack.ui:
+            find_openwebui(stack.ui_python)  # said before the engine loads
+        with ExitStack() as running:
+            if stack.replicas is not None:
+                argv = _without(argv, "--port", "--host")
+                endpoint, info = running.enter_context(launch_replicas(
+                    lambda run_dir: launch_reference_argv(run_dir, argv), stack.replicas, logs, stack.router_policy,
+                    engine_port))
+                urls = ", ".join(r["base_url"] for r in info.details["replicas"])
+                console.print(f"{info.name} behind vllm-router ({stack.router_policy}) at {endpoint.base_url} "
+                              f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)
+            else:
+                endpoint, info = running.enter_context(launch_reference_argv(
+                    logs, _without(argv, "--host", "--port"), port=engine_port))
+                console.print(f"reference engine at {endpoint.base_url}, model {endpoint.model}", highlight=False)
+            if stack.ui:
+                ui = running.enter_context(launch_openwebui(logs, endpoint, stack.ui_data, stack.ui_port,
+                                                            stack.ui_python))
+                console.print(f"Open WebUI {ui.version or ''} at {ui.root}: sign in as {ui.account.email} with "
+                              f"password {ui.account.password} (kept in {stack.ui_data / CREDENTIALS})",
+                              highlight=False, soft_wrap=True)
+            console.print(f"logs in {logs}. Ctrl-C stops them all.", highlight=False)
             while True:
                 time.sleep(3600)
     except (EngineStartError, ValueError) as exc:

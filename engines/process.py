@@ -110,14 +110,15 @@ def launch_reference(
     return launch_local(reference_engine, run_dir, model, args, port, ready_timeout_s)
 
 
-def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0) -> RunningEngine:
-    """The reference engine with its own server flags as given (`bench serve`'s), on a free local port."""
+def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0,
+                          port: int | None = None) -> RunningEngine:
+    """The reference engine with its own server flags as given (`bench serve`'s), on `port` (or a free one)."""
 
     def kind(model: str, args: dict[str, str], port: int) -> LocalEngine:
         command = [sys.executable, "-m", "engines.reference", *argv, "--host", "127.0.0.1", "--port", str(port)]
         return LocalEngine("reference", command, version=lambda root: _tool_version(), details={"argv": argv})
 
-    return launch_local(kind, run_dir, "from-argv", None, None, ready_timeout_s)
+    return launch_local(kind, run_dir, "from-argv", None, port, ready_timeout_s)
 
 
 # --- llama.cpp -------------------------------------------------------------------------------------------

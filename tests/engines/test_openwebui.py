@@ -124,3 +124,36 @@ def test_the_real_open_webui_answers_in_its_page_and_the_report_shows_it(tmp_pat
     comparison = next(tmp_path.glob("compare-*.html")).read_text()
     assert "headless Chromium" in comparison and comparison.count("data:image/png;base64,") >= 2
     assert "reference: direct and through Open WebUI" in result.stdout
+
+
+def test_bench_serve_ui_prints_where_and_how_to_sign_in_and_stops_both(standin_ui, tmp_path) -> None:
+    import re
+    import signal
+    import subprocess
+
+    from engines.launch import free_port
+    from tests.bench.test_cli import BENCH
+
+    ui_port = free_port()
+    process = subprocess.Popen([*BENCH, "serve", "--model", "dummy:tiny", "--ui", "--ui-port", str(ui_port),
+                                "--ui-data", str(tmp_path / "ui-data")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        engine_line, ui_line = process.stdout.readline(), process.stdout.readline()
+        engine_url = re.search(r"reference engine at (http://127\.0\.0\.1:\d+/v1)", engine_line)
+        assert engine_url, engine_line
+        assert f"Open WebUI {standin_openwebui.VERSION} at http://127.0.0.1:{ui_port}: sign in as bench@localhost " \
+               "with password " in ui_line, ui_line
+        password = re.search(r"with password (\S+) ", ui_line).group(1)  # type: ignore[union-attr]
+        saved = json.loads((tmp_path / "ui-data" / CREDENTIALS).read_text())
+        assert saved["password"] == password
+        signed_in = httpx.post(f"http://127.0.0.1:{ui_port}/api/v1/auths/signin",
+                               json={"email": "bench@localhost", "password": password})
+        assert signed_in.status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    for url in (f"http://127.0.0.1:{ui_port}/health", engine_url.group(1) + "/models"):
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url, timeout=2)
