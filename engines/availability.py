@@ -32,7 +32,7 @@ def availability() -> list[Availability]:
                        for kind in ("vllm-docker", "sglang-docker", "trtllm-docker")]
     return [_reference_availability(), _llamacpp_availability(), _vllm_availability(), _sglang_availability(),
             _ollama_availability(),
-            _lmstudio_availability(),
+            _lmstudio_availability(), _openwebui_availability(),
             Availability("endpoint", True, "any OpenAI-compatible server already running (--base-url, --model)"),
             *container_kinds, Availability("container", docker.can_run, docker.detail + "; your own image")]
 
@@ -63,6 +63,19 @@ def _lmstudio_availability() -> Availability:
     if binary is None:
         return Availability("lmstudio", False, "no `lms` on PATH (install LM Studio, then `lms bootstrap`)")
     return Availability("lmstudio", True, f"lms at {binary}; --model names a model already downloaded (lms ls)")
+
+
+def _openwebui_availability() -> Availability:
+    """Open WebUI in front of an engine (`--engine openwebui`, `--through-ui`), from its own environment."""
+    from engines.launch import EngineStartError
+    from engines.openwebui import find_openwebui
+
+    try:
+        found = find_openwebui()
+    except EngineStartError as exc:
+        return Availability("openwebui", False, str(exc))
+    page = "" if importlib.util.find_spec("playwright") else "; its page is not checked without pip install -e '.[ui]'"
+    return Availability("openwebui", True, f"Open WebUI at {found}, in front of the reference engine{page}")
 
 
 def _ollama_availability() -> Availability:
