@@ -40,4 +40,14 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     echo "$want" > "$stamp"
 fi
 
-exec .venv/bin/python -m pytest -q "$@"
+# With arguments: one pytest run with them. Without: the tests that assert no timing two at a time, a test
+# file to a worker (most of them wait on servers and engines, not on the CPU), then those marked `serial`
+# alone (timings asserted, or every process of ours looked at).
+if [ $# -gt 0 ]; then
+    exec .venv/bin/python -m pytest -q "$@"
+fi
+default="not cuda and not vllm and not openwebui"  # what addopts in pyproject.toml leaves out, too
+status=0
+.venv/bin/python -m pytest -q -n 2 --dist loadfile -m "$default and not serial" || status=$?
+.venv/bin/python -m pytest -q -m "$default and serial" || status=$?
+exit $status

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.bench.test_cli import bench, only_run_dir
 from tests.servers import ScriptedServer
 
@@ -18,6 +20,7 @@ def capacity(server: ScriptedServer, out: Path, *flags: str) -> tuple[dict, Path
     return json.loads((run_dir / "capacity.json").read_text()), run_dir, result.stdout
 
 
+@pytest.mark.serial  # the capacity found depends on the latencies measured: run alone
 def test_a_decode_that_slows_per_stream_is_found_within_five_percent_in_ten_probes(scripted, tmp_path) -> None:
     """10 ms + 0.5 ms per other stream, p95 TPOT <= 40 ms: the true capacity is 61 users."""
     scripted.set_script(ttft_ms=20, itl_ms=10, itl_per_stream_ms=0.5)
@@ -35,6 +38,7 @@ def test_a_decode_that_slows_per_stream_is_found_within_five_percent_in_ten_prob
     assert run["plan"]["kind"] == "capacity" and run["scenario"]["slo"]["tpot_ms"] == 40 and run["levels"] == levels
 
 
+@pytest.mark.serial  # the capacity found depends on the latencies measured: run alone
 def test_a_server_that_caps_its_streams_at_24_has_a_capacity_of_24(scripted, tmp_path) -> None:
     """Past 24 streams a request waits, and p95 TTFT <= 110 ms (100 ms without a wait) fails any wait. Answers
     of different lengths keep the streams from ending in step, so past the cap nearly every request waits."""
@@ -43,6 +47,7 @@ def test_a_server_that_caps_its_streams_at_24_has_a_capacity_of_24(scripted, tmp
     assert (found["capacity"], found["lowest_failing"]) == (24, 25)
 
 
+@pytest.mark.serial  # the capacity found depends on the latencies measured: run alone
 def test_repeated_searches_give_the_capacity_with_its_interval_and_the_report_a_range(scripted, tmp_path) -> None:
     scripted.set_script(ttft_ms=20, itl_ms=10, itl_per_stream_ms=0.5)
     found, run_dir, stdout = capacity(scripted, tmp_path, "--slo", "tpot_p95_ms=40", "--repeats", "2",

@@ -9,6 +9,8 @@ from loadgen.runner import LevelBounds
 from tests.e2e.levels import run_one_level
 from tests.servers import ScriptedServer
 
+pytestmark = pytest.mark.serial  # timings are asserted: run alone, not beside other tests
+
 
 @pytest.mark.parametrize(("fault", "kind", "status"), [
     ("http_500", "http_error", 500),

@@ -14,6 +14,8 @@ from loadgen.workload import SharedPrefix, Workload, parse_length_spec
 from tests.e2e.levels import run_one_level
 from tests.servers import ScriptedServer
 
+pytestmark = pytest.mark.serial  # timings are asserted: run alone, not beside other tests
+
 REASONING_TOKENS = 32
 
 

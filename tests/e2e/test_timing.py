@@ -9,6 +9,8 @@ from loadgen.runner import LevelBounds
 from tests.e2e.levels import run_one_level
 from tests.servers import ScriptedServer
 
+pytestmark = pytest.mark.serial  # timings are asserted: run alone, not beside other tests
+
 TTFT_MS, ITL_MS, TOKENS = 100.0, 20.0, 24
 
 

@@ -16,6 +16,8 @@ from engines import lifeline
 from engines.launch import stop_signals_held
 from tests.servers import is_running
 
+pytestmark = pytest.mark.serial  # looks at every process of ours, the other tests' included: run alone
+
 BENCH = [sys.executable, "-m", "bench"]
 
 

@@ -51,7 +51,8 @@ class PageCheck:
 def check_page(path: Path, screenshot: Path, timeout_s: float = 30) -> PageCheck:
     chromium = find_chromium()
     assert chromium, "chromium is not installed"
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes may still write to the profile for a moment after it is stopped.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
