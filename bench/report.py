@@ -29,6 +29,7 @@ from bench.costinputs import (
     token_usage,
     with_power,
 )
+from bench.report_plan import memory_plan
 from bench.scenario import DecisionSettings
 from common.validation import validate
 from costmodel.bill import level_bill
@@ -171,7 +172,8 @@ def load_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Re
         if not Path(run_dir).is_dir():
             raise ReportError(f"{run_dir}: no such directory (expected a run directory written by `bench sweep`)")
         try:
-            runs.append(_load_run(Path(run_dir), slo))
+            run = _load_run(Path(run_dir), slo)
+            runs.append(replace(run, plan=memory_plan(run)))  # the plan beside the measured views
         except rundir.RunDirError as exc:
             skipped.append(str(exc))
     if not runs:

@@ -240,7 +240,7 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
             "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
-            "replicas": _replicas(run), "ui": _ui(run, index)}
+            "replicas": _replicas(run), "ui": _ui(run, index), "plan": run.plan}
 
 
 def _ui(run: ReportRun, index: int) -> dict[str, Any] | None:

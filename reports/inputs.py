@@ -47,6 +47,8 @@ class ReportRun:
     ui: dict[str, Any] | None = None  # measured through a UI in front (run.json's engine.details.ui)
     ui_screenshot: bytes | None = None  # the UI's page answering, as a browser saw it (PNG)
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report
+    # The memory plan beside the measurements (bench.report_plan): figures, units in keys; or {"why_not": ...}
+    plan: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""The memory plan beside a run's measurements (bench.report_plan), worked by hand, and in a real report.
+
+dummy:llama-3.1-8b on one H100 SXM (80 GB, 3.35 TB/s) at 0.9, bf16 (the figures of tests/costmodel/test_plan.py):
+weights 16,060,522,496 bytes, KV 131,072 bytes per token, 426,784 KV tokens fit. A level with 1,000 input and 24
+output tokens a request: sequences of 1,024 tokens, 426,784 // 1,024 = 416 of them fit. At 8 in flight (7.8
+rounded) one decode step reads 16,060,522,496 + 8 x 1,024 x 131,072 = 17,134,264,320 bytes / 3.35e12 B/s =
+5.11471 ms -> 8 / 5.11471e-3 = 1,564.12 output tokens/s at most; 1,000 measured is 1,000 / 1,564.12 = 63.93 % of it.
+Its KV: 8 x 1,024 / 426,784 = 1.92 % of the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report_plan import NO_GPU, catalog_gpu, memory_plan
+from bench.rundir import RunInfo, write_run_info
+from loadgen.types import Distribution, GpuView, LevelSummary, ServerView
+from reports.inputs import ReportRun
+from tests.gpu.conftest import STANDIN
+
+H100_NAME = "NVIDIA H100 80GB HBM3"
+
+
+def level(label: str, in_flight: float, output_tokens_per_s: float) -> LevelSummary:
+    return LevelSummary(
+        engine="reference",
+        level=label,
+        kind="concurrency",
+        target=8,
+        num_requests=100,
+        num_ok=100,
+        num_failed=0,
+        failure_rate=0.0,
+        failures_by_kind={},
+        window_s=10.0,
+        is_steady_window=True,
+        request_per_s=1.0,
+        output_tokens_per_s=output_tokens_per_s,
+        total_tokens_per_s=output_tokens_per_s,
+        run_request_per_s=1.0,
+        run_output_tokens_per_s=output_tokens_per_s,
+        goodput_request_per_s=1.0,
+        slo_attainment=1.0,
+        mean_input_tokens=1000,
+        mean_output_tokens=24,
+        mean_in_flight=in_flight,
+        ttft_ms=Distribution(),
+        itl_ms=Distribution(),
+        icl_ms=Distribution(),
+        tpot_ms=Distribution(),
+        e2e_ms=Distribution(),
+    )
+
+
+def run_of(
+    tmp_path: Path,
+    engine: str = "reference",
+    gpus: tuple[str, ...] | None = (H100_NAME,),
+    summaries: tuple[LevelSummary, ...] = (),
+    **run: Any,
+) -> ReportRun:
+    """A run directory with its run.json (the engine launched here with dummy:llama-3.1-8b), as a ReportRun."""
+    details = {"model_argument": "dummy:llama-3.1-8b"} if engine == "reference" else {}
+    info = RunInfo(
+        run_id="r",
+        engine={"name": engine, "launched_by": "bench", "details": details},
+        engine_spec={"engine": engine, "model": "dummy:llama-3.1-8b", "tensor_parallel_size": 1},
+        hardware={"gpus": [{"name": n} for n in gpus or ()]} if gpus is not None else {},
+    )
+    write_run_info(tmp_path, info)
+    return ReportRun(
+        run_dir=tmp_path,
+        label=engine,
+        status="complete",
+        kind="concurrency",
+        launched_by="bench",
+        summaries=summaries or (level("c8", 7.8, 1000.0),),
+        gpu_names=gpus,
+        **run,
+    )
+
+
+def test_the_share_of_the_ceiling_is_the_hand_figure(tmp_path: Path) -> None:
+    views = (ServerView("c8", 10, 7.8, 0.0, 0.03, 0.0, None),)
+    plan = memory_plan(run_of(tmp_path, server_views=views))
+    assert plan is not None and "why_not" not in plan
+    assert (plan["gpu"], plan["gpus_recorded"], plan["context_tokens"]) == ("h100-sxm", H100_NAME, 1024)
+    assert plan["weights_gb"] == pytest.approx(16.060522496)
+    assert (plan["kv_bytes_per_token"], plan["kv_tokens_that_fit"], plan["sequences_that_fit"]) == (131072, 426784, 416)
+    (c8,) = plan["levels"]
+    assert (c8["label"], c8["batch_size"], c8["is_capped"]) == ("c8", 8, False)
+    assert c8["decode_step_floor_ms"] == pytest.approx(5.11471, abs=1e-5)
+    assert c8["ceiling_tokens_per_s"] == pytest.approx(1564.12, abs=0.01)
+    assert c8["share_of_ceiling"] == pytest.approx(0.6393, abs=1e-4)
+    assert c8["plan_kv_usage"] == pytest.approx(8 * 1024 / 426784)
+    assert c8["engine_kv_usage_max"] == 0.03
+    kv = plan["engine_kv"]
+    assert kv["capacity_tokens"] is None and kv["source"].startswith("not published: the reference engine's /metrics")
+
+
+def test_more_in_flight_than_fit_is_planned_at_all_that_fit(tmp_path: Path) -> None:
+    plan = memory_plan(run_of(tmp_path, summaries=(level("c512", 512, 2000.0),)))
+    assert plan is not None
+    (c512,) = plan["levels"]
+    assert (c512["batch_size"], c512["is_capped"]) == (416, True)
+    assert c512["plan_kv_usage"] <= 1
+
+
+def test_a_run_on_a_cpu_has_no_plan_and_says_why(tmp_path: Path) -> None:
+    assert memory_plan(run_of(tmp_path, gpus=())) == {"why_not": NO_GPU}
+    assert NO_GPU == "measured without a GPU: no bandwidth ceiling to compare with"
+
+
+def test_the_gpus_come_from_the_readings_when_run_json_lists_none(tmp_path: Path) -> None:
+    view = GpuView("c8", 3, 1, (H100_NAME,), 300.0, 310.0, 80.0, 1000.0, 1980.0, 60.0)
+    plan = memory_plan(run_of(tmp_path, gpus=(), gpu_views=(view,)))
+    assert plan is not None and plan["gpus_recorded"] == H100_NAME
+
+
+def test_an_endpoint_the_user_ran_gets_no_plan_and_an_unknown_model_says_why(tmp_path: Path) -> None:
+    assert memory_plan(replace(run_of(tmp_path), launched_by="user")) is None
+    info = RunInfo(
+        run_id="r",
+        engine={"name": "vllm", "launched_by": "bench"},
+        engine_spec={"model": "meta-llama/Llama-3.1-8B-Instruct"},
+    )
+    plan = memory_plan(run_of(tmp_path, engine="vllm"), info)
+    assert plan is not None and plan["why_not"].startswith("the model could not be read for a plan (--model meta-llama")
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        (H100_NAME, "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GH200 480GB", None),
+        ("NVIDIA A10G", "a10g"),
+    ],
+)
+def test_gpu_names_as_nvidia_smi_gives_them_map_to_the_catalog(name: str, key: str | None) -> None:
+    assert catalog_gpu(name) == key
+
+
+def test_vllms_kv_cache_size_in_its_log_is_the_engines_capacity(tmp_path: Path) -> None:
+    (tmp_path / "engine.log").write_text(
+        "INFO 05-06 12:00:01 [gpu_worker.py:227] Available KV cache memory: 50.26 GiB\n"
+        "INFO 05-06 12:00:01 [kv_cache_utils.py:716] GPU KV cache size: 411,728 tokens\n"
+        "INFO 05-06 12:00:01 [kv_cache_utils.py:720] Maximum concurrency for 131,072 tokens per request: 3.14x\n"
+    )
+    plan = memory_plan(run_of(tmp_path, engine="vllm"))
+    assert plan is not None
+    kv = plan["engine_kv"]
+    assert (kv["capacity_tokens"], kv["plan_tokens"]) == (411728, 426784)
+    assert kv["ratio_to_plan"] == pytest.approx(411728 / 426784)
+    assert "GPU KV cache size" in kv["source"]
+
+
+def test_a_swept_reference_engine_on_the_stand_in_h100_reports_its_plan(tmp_path: Path) -> None:
+    """A real sweep under the nvidia-smi stand-in: report.json carries the plan, report.md shows it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "runs"
+    args = "sweep --model dummy:tiny --concurrency 1,2 --duration 1.5 --input-tokens 16 --output-tokens 8".split()
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PATH": path},
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = list(out.iterdir())
+    plan = json.loads((run_dir / "report.json").read_text())["engines"][0]["plan"]
+    assert (plan["model"], plan["gpu"], plan["gpus_recorded"]) == ("dummy:tiny", "h100-sxm", H100_NAME)
+    summary = {row["level"]: row for row in json.loads((run_dir / "summary.json").read_text())}
+    assert [lv["label"] for lv in plan["levels"]] == ["c1", "c2"]
+    for lv in plan["levels"]:
+        measured = summary[lv["label"]]["output_tokens_per_s"]
+        assert lv["measured_output_tokens_per_s"] == pytest.approx(measured)
+        assert lv["share_of_ceiling"] == pytest.approx(measured / lv["ceiling_tokens_per_s"])
+    assert plan["engine_kv"]["capacity_tokens"] is None
+    md = (run_dir / "report.md").read_text()
+    assert "**Memory plan beside the measurements** (`bench plan`: dummy:tiny on 1 x h100-sxm" in md
+    assert "| Level | In flight | Batch | Step floor ms | Ceiling tok/s |" in md
+    assert "Memory plan beside the measurements" in (run_dir / "report.html").read_text()
