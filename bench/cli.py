@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from bench import plan_cmd, report_cmd, stopping
+from bench import plan_cmd, report_cmd, stopping, tune_cmd
 from bench.console import console, errors, fail, warn
 from bench.flags import MeasureFlags, measure_command
 
@@ -21,6 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 app.command("report")(report_cmd.report)
 app.command("cost", cls=report_cmd.PlainHelpCommand)(report_cmd.cost)
 app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
+app.command("tune")(measure_command(tune_cmd.tune))
 
 
 @app.command()

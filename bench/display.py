@@ -13,6 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from bench.tune import ConfigResult
 from common.units import share
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
@@ -147,6 +148,30 @@ def ui_overhead_table(levels: list[UiLevel], title: str) -> Table:
                       _fmt(lv.itl_p50_direct_ms), _fmt(lv.itl_p50_ui_ms), _signed(lv.itl_added_ms),
                       _fmt(lv.tokens_per_s_direct), _fmt(lv.tokens_per_s_ui), share(lv.throughput_share))
     return table
+
+
+def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default: ConfigResult | None,
+               objective: str) -> Table:
+    """Each configuration of a tune: capacity and throughput at the operating point, what that costs, time to
+    ready, and the objective's figure against the default's; the best marked."""
+    table = Table(title=f"configurations, best by {objective} marked *")
+    for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
+                 "TTFT p50 lowest load", "peak out tok/s", "vs default"):
+        table.add_column(name, justify="left" if name in ("configuration", "status") else "right")
+    for r in results:
+        mark = " *" if chosen is not None and r.name == chosen.name else ""
+        table.add_row(r.name + mark, r.status.split(":")[0], _fmt(r.capacity_load, 1), _fmt(r.output_tokens_per_s),
+                      _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s), _fmt(r.ttft_p50_ms_lowest_load),
+                      _fmt(r.peak_output_tokens_per_s), _against(r, default, objective))
+    return table
+
+
+def _against(result: ConfigResult, default: ConfigResult | None, objective: str) -> str:
+    """The objective's figure as a ratio to the default's (x1.25: 25 % better for capacity and throughput)."""
+    from bench.tune import objective_figure
+
+    mine, theirs = objective_figure(result, objective), objective_figure(default, objective) if default else None
+    return f"x{mine / theirs:.2f}" if mine and theirs else "-"
 
 
 def _signed(value: float | None) -> str:
