@@ -61,8 +61,9 @@ class Report:
 
 
 def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings: DecisionSettings | None = None,
-                  prices: Sequence[Path] = (), today: date | None = None) -> Report:
-    """Write the report for `run_dirs`. `settings` default to the scenario recorded in the first run.
+                  prices: Sequence[Path] = (), today: date | None = None, notes: Sequence[str] = ()) -> Report:
+    """Write the report for `run_dirs`. `settings` default to the scenario recorded in the first run; `notes`
+    are said of every run (how it was chosen, e.g. by `bench tune`).
 
     Raises ReportError (NothingToReport when nothing was measured) or costmodel.prices.PriceError (a bad
     price file or name); both carry a message meant for the user."""
@@ -73,7 +74,7 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         is_run = (run_dirs[0] / rundir.RUN_FILE).is_file()
         settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
     runs, skipped = load_runs(run_dirs, settings.slo)
-    runs = _with_ui_levels(runs)
+    runs = [replace(run, notes=(*run.notes, *notes)) for run in _with_ui_levels(runs)]
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(run.label, with_power(measured_levels(_measured(run)), run.gpu_views),

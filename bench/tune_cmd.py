@@ -171,10 +171,26 @@ def _finish(plan: Any) -> None:
             "pareto_front": [{"config": name, "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y}
                              for name, x, y in front], "verdict": verdict}
     files = write_tune_report(data, plan.folder / "tune.html")
-    if chosen is not None:
-        console.print(f"best by {plan.objective}: {chosen.name} (of {data['num_tried']} tried); its report: "
-                      f"{plan.folder / str(chosen.run_dir) / 'report.html'}", highlight=False, soft_wrap=True)
+    if chosen is not None and chosen.run_dir is not None:
+        decision = _decision_report(plan, chosen, data["num_tried"], default)
+        console.print(f"best by {plan.objective}: {chosen.name} (of {data['num_tried']} tried); the decision with "
+                      f"it: {decision}", highlight=False, soft_wrap=True)
     console.print(f"tune report: {files}", highlight=False)
+
+
+def _decision_report(plan: Any, chosen: Any, num_tried: int, default: Any) -> Path | str:
+    """The decision report of the best configuration, in the tune folder, saying how it was chosen."""
+    from bench.report import render_report
+    from bench.tune import objective_figure
+
+    mine, theirs = objective_figure(chosen, plan.objective), objective_figure(default, plan.objective)
+    against = f"; its {plan.objective} is x{mine / theirs:.2f} the default's" if mine and theirs else ""
+    note = (f"measured with the configuration bench tune chose: {chosen.name}, the best by {plan.objective} of "
+            f"{num_tried} tried{against} (see tune.html)")
+    try:
+        return render_report([plan.folder / chosen.run_dir], plan.folder / "report.html", notes=[note]).files.html
+    except Exception as exc:  # the tune's own report stands without it
+        return f"not written ({exc})"
 
 
 def _verdict(folder: Path, chosen: Any) -> dict[str, Any] | None:

@@ -160,7 +160,11 @@ def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int 
     """Open WebUI in front of `engine`, signed in, its model listed; stopped on leaving, however left."""
     executable = find_openwebui(ui_python)
     saved = _credentials(data_dir)
-    port, root = local_port(port)
+    try:
+        port, root = local_port(port)
+    except EngineStartError:
+        raise EngineStartError(f"port {port} is already in use on 127.0.0.1; give Open WebUI another with "
+                               "--ui-port") from None
     spec = ProcessSpec("open-webui", [executable, "serve", "--host", "127.0.0.1", "--port", str(port)],
                        [root + "/health"], env=ui_environment(engine, root, data_dir, saved["secret_key"]),
                        ready_timeout_s=ready_timeout_s)

@@ -128,3 +128,5 @@ def test_a_tune_of_the_reference_engine_resumes_after_an_interrupt_and_marks_the
     assert report["pareto_front"] and (folder / "pareto.png").stat().st_size > 5_000
     assert f"best by capacity: {report['best']} (of 3 tried)" in resumed.stdout
     assert "Best by capacity" in (folder / "tune.md").read_text()
+    decision = (folder / "report.md").read_text()  # the decision, with the best configuration and how it was chosen
+    assert f"the configuration bench tune chose: {report['best']}, the best by capacity of 3 tried" in decision

@@ -96,6 +96,17 @@ def test_a_missing_open_webui_is_one_line_before_anything_starts(tmp_path) -> No
         find_openwebui("/no/python")
 
 
+def test_a_ui_port_in_use_is_one_line_naming_the_flag(standin_ui, scripted, tmp_path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        with pytest.raises(EngineStartError, match=f"port {port} is already in use .* with --ui-port"):
+            with launch_openwebui(tmp_path, Endpoint(scripted.base_url, "scripted"), tmp_path / "data", port):
+                pass
+
+
 def test_the_ui_is_the_bottleneck_at_the_first_level_it_keeps_too_little_of() -> None:
     def level(label: str, direct: float, ui: float) -> UiLevel:
         return UiLevel(label, 1, 10.0, 15.0, 2.0, 2.5, direct, ui)
