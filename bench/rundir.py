@@ -25,12 +25,13 @@ from typing import Any
 
 import orjson
 
-from loadgen.metrics import summarize
+from loadgen.columns import columns_by_level
+from loadgen.metrics import summarize_columns
 from loadgen.network import ConnectProbe
-from loadgen.recorder import read_jsonl, read_records
+from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
 from loadgen.telemetry import gpu_view, server_view
-from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, RequestRecord, ServerView
+from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, ServerView
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -146,18 +147,14 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
     records_path = run_dir / REQUESTS_FILE
     if not records_path.is_file():
         raise RunDirError(f"{run_dir}: no {REQUESTS_FILE}; the sweep ended before any request finished")
-    by_level: dict[str, list[RequestRecord]] = {}
-    for record in read_records(records_path):
-        by_level.setdefault(record.level, []).append(record)
     level_runs = read_level_runs(run_dir)
     summaries = []
-    for level, records in by_level.items():
-        if all(r.is_warmup for r in records):
-            continue
+    # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
+    for level, columns in columns_by_level(read_jsonl(records_path)).items():
         client = level_runs.get(level, {}).get("client")
         network = level_runs.get(level, {}).get("network")
-        summaries.append(summarize(records, slo or run.slo, ClientCheck(**client) if client else None,
-                                   ConnectProbe(**network) if network else None))
+        summaries.append(summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
+                                           ConnectProbe(**network) if network else None))
     return summaries
 
 

@@ -1,4 +1,5 @@
-"""Records -> `LevelSummary`: the one place where every metric is defined.
+"""Records -> `LevelSummary`: the one place where every metric is defined, computed over a level's columns
+(`loadgen.columns`: a few bytes per token, so a long level summarizes in bounded memory).
 
 - ttft_ms: send -> first chunk carrying generated content (a reasoning model's reasoning counts: it is
   generated, and billed as output). ttfvt_ms: send -> first chunk of visible content.
@@ -25,12 +26,12 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from loadgen.arrivals import parse_label
+from loadgen.columns import NONE, LevelColumns, columns_of
 from loadgen.network import ConnectProbe
 from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord, UsageTotals
 
@@ -44,52 +45,68 @@ def summarize(
     network: ConnectProbe | None = None,
 ) -> LevelSummary:
     """Summarize the measured (non-warm-up) records of one level of one engine."""
-    measured = [r for r in records if not r.is_warmup]
-    if not measured:
+    columns = columns_of(records)
+    if columns is None:
         raise ValueError("no measured requests to summarize")
-    ok = [r for r in measured if r.ok]
-    first = measured[0]
-    label = parse_label(first.level)
-    open_loop = any(r.scheduled_s is not None for r in measured)
+    return summarize_columns(columns, slo, client, network)
+
+
+def summarize_columns(
+    c: LevelColumns, slo: SLO | None = None, client: ClientCheck | None = None, network: ConnectProbe | None = None,
+) -> LevelSummary:
+    """Summarize one level's measured requests, held as columns (`loadgen.columns`)."""
+    n = len(c)
+    if n == 0:
+        raise ValueError("no measured requests to summarize")
+    t, k, ok = c.times, c.counts, c.ok
+    label = parse_label(c.level)
+    open_loop = bool(np.any(~np.isnan(t["scheduled_s"])))
     kind = "trace" if label.kind == "trace" else "rate" if open_loop else "concurrency"
-    start, end, is_steady = _steady_window(measured, kind)
+    ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
+    start, end, is_steady = _steady_window(c, kind, ended)
     window_s = max(end - start, 1e-9)
-    meets = [r for r in ok if _meets_slo(r, slo)]
-    counts = _count_in_window(ok, start, end)
-    run_start = min(r.send_s for r in measured)
-    run_s = max(max(r.end_s or r.send_s for r in measured) - run_start, 1e-9)
+    first, last = _first_and_last_chunk(c)
+    meets = ok & _meets_slo(c, slo, first, last)
+    counts = _count_in_window(c, ok, start, end, last)
+    run_start = float(t["send_s"].min())
+    run_s = max(float(ended.max()) - run_start, 1e-9)
+    num_ok = int(ok.sum())
+    output_ok = k["output_tokens"][ok]
+    prompt_ok = k["prompt_tokens"][ok]
+    cached_ok = k["cached_tokens"][ok]
+    throttle_retries = k["throttled_attempts"] - c.throttled_error
+    throttled = k["throttled_attempts"] > 0
+    retried = ok & ~np.isnan(t["first_send_s"])
     summary = LevelSummary(
-        engine=first.engine, level=first.level, kind=kind, target=label.target, base_level=label.base,
+        engine=c.engine, level=c.level, kind=kind, target=label.target, base_level=label.base,
         repeat=label.repeat,
-        num_requests=len(measured), num_ok=len(ok), num_failed=len(measured) - len(ok),
-        failure_rate=(len(measured) - len(ok)) / len(measured),
-        failures_by_kind=dict(Counter(r.error_kind or "unknown" for r in measured if not r.ok)),
+        num_requests=n, num_ok=num_ok, num_failed=n - num_ok, failure_rate=(n - num_ok) / n,
+        failures_by_kind=c.failures_by_kind,
         window_s=window_s, is_steady_window=is_steady,
         request_per_s=counts.requests / window_s,
         output_tokens_per_s=counts.output_tokens / window_s,
         total_tokens_per_s=(counts.output_tokens + counts.input_tokens) / window_s,
-        run_request_per_s=len(ok) / run_s,
-        run_output_tokens_per_s=sum(r.output_tokens for r in ok) / run_s,
-        goodput_request_per_s=_count_in_window(meets, start, end).requests / window_s,
-        slo_attainment=len(meets) / len(measured),
-        mean_input_tokens=_mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
-        mean_output_tokens=_mean([r.output_tokens for r in ok]),
-        mean_in_flight=_mean_in_flight(measured, start, end),
-        **_latency_distributions(ok),
-        **_turn_distributions(ok),
-        mean_cached_tokens=_mean_or_none([r.cached_tokens for r in ok if r.cached_tokens is not None]),
-        token_count_sources=dict(Counter(r.token_count_source for r in ok)),
-        num_usage_mismatch=sum(
-            1 for r in ok if r.server_output_tokens is not None and r.server_output_tokens != len(r.chunk_times_s)
-        ),
-        num_short_outputs=sum(1 for r in ok if r.max_tokens is not None and r.output_tokens < r.max_tokens),
-        num_resent=sum(1 for r in measured if r.attempts > 1 + r.num_throttle_retries),
-        num_throttled=sum(1 for r in measured if r.throttled_attempts),
-        throttle_rate=sum(1 for r in measured if r.throttled_attempts) / len(measured),
-        num_throttled_attempts=sum(r.throttled_attempts for r in measured),
-        retry_wait_ms=Distribution.of([r.retry_wait_s * 1000 for r in ok if r.first_send_s is not None]),
-        connect_ms=Distribution.of([r.connect_ms for r in measured if r.connect_ms is not None]),
-        usage=usage_totals(ok),
+        run_request_per_s=num_ok / run_s,
+        run_output_tokens_per_s=int(output_ok.sum()) / run_s,
+        goodput_request_per_s=_count_in_window(c, meets, start, end, last).requests / window_s,
+        slo_attainment=int(meets.sum()) / n,
+        mean_input_tokens=_mean(prompt_ok[prompt_ok != NONE]),
+        mean_output_tokens=_mean(output_ok),
+        mean_in_flight=_mean_in_flight(c, start, end),
+        **_latency_distributions(c, ok, first, last),
+        **_turn_distributions(c, ok, first),
+        mean_cached_tokens=_mean_or_none(cached_ok[cached_ok != NONE]),
+        token_count_sources=c.token_count_sources,
+        num_usage_mismatch=int(np.sum(ok & (k["server_output_tokens"] != NONE)
+                                      & (k["server_output_tokens"] != c.num_chunks))),
+        num_short_outputs=int(np.sum(ok & (k["max_tokens"] != NONE) & (k["output_tokens"] < k["max_tokens"]))),
+        num_resent=int(np.sum(k["attempts"] > 1 + throttle_retries)),
+        num_throttled=int(throttled.sum()),
+        throttle_rate=int(throttled.sum()) / n,
+        num_throttled_attempts=int(k["throttled_attempts"].sum()),
+        retry_wait_ms=Distribution.of((t["send_s"][retried] - t["first_send_s"][retried]) * 1000),
+        connect_ms=Distribution.of(t["connect_ms"][~np.isnan(t["connect_ms"])]),
+        usage=usage_totals(c, ok),
         tcp_connect_ms=network.tcp_ms if network else None,
         tls_handshake_ms=network.tls_ms if network else None,
         client=client,
@@ -98,97 +115,110 @@ def summarize(
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons)
 
 
-def usage_totals(ok: list[RequestRecord]) -> UsageTotals:
-    reported = [r for r in ok if r.prompt_tokens is not None or r.server_output_tokens is not None]
-    reasoning = [r.reasoning_tokens for r in ok if r.reasoning_tokens is not None]
+def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:
+    k = c.counts
+    reported = ok & ((k["prompt_tokens"] != NONE) | (k["server_output_tokens"] != NONE))
+    reasoning = k["reasoning_tokens"][ok & (k["reasoning_tokens"] != NONE)]
+
+    def total(name: str, where: np.ndarray) -> int:  # a count the record does not have adds 0
+        values = k[name][where]
+        return int(values[values != NONE].sum())
+
     return UsageTotals(
-        num_requests=len(ok), num_with_usage=len(reported),
-        asked_output_tokens=sum(r.max_tokens or 0 for r in ok),
-        counted_output_tokens=sum(r.output_tokens for r in ok),
-        prompt_tokens=sum(r.prompt_tokens or 0 for r in reported),
-        cached_prompt_tokens=sum(r.cached_tokens or 0 for r in reported),
-        completion_tokens=sum(r.server_output_tokens or 0 for r in reported),
-        reasoning_tokens=sum(reasoning) if reasoning else None,
-        num_with_cached_count=sum(1 for r in reported if r.cached_tokens is not None),
+        num_requests=int(ok.sum()), num_with_usage=int(reported.sum()),
+        asked_output_tokens=total("max_tokens", ok), counted_output_tokens=int(k["output_tokens"][ok].sum()),
+        prompt_tokens=total("prompt_tokens", reported), cached_prompt_tokens=total("cached_tokens", reported),
+        completion_tokens=total("server_output_tokens", reported),
+        reasoning_tokens=int(reasoning.sum()) if reasoning.size else None,
+        num_with_cached_count=int(np.sum(reported & (k["cached_tokens"] != NONE))),
     )
 
 
-def _latency_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
-    ttft, e2e, tpot, itl, icl, ttfvt = [], [], [], [], [], []
-    scheduled_ttft, scheduled_e2e, lag, send_delay = [], [], [], []
-    for r in ok:
-        if r.dispatch_s is not None:
-            send_delay.append(r.send_s - r.dispatch_s)
-        times = np.asarray(r.chunk_times_s)
-        ttft.append(times[0])
-        if r.first_visible_s is not None:
-            ttfvt.append(r.first_visible_s)
-        e2e.append(times[-1])
-        if r.output_tokens > 1:
-            tpot.append((times[-1] - times[0]) / (r.output_tokens - 1))
-        gaps = np.diff(times)
-        icl.append(gaps)
-        tokens = np.asarray(r.chunk_tokens[1:], dtype=np.int64)
-        itl.append(np.repeat(gaps / np.maximum(tokens, 1), tokens))
-        if r.scheduled_s is not None:
-            delay = r.send_s - r.scheduled_s
-            lag.append(delay)
-            scheduled_ttft.append(delay + times[0])
-            scheduled_e2e.append(delay + times[-1])
+def _first_and_last_chunk(c: LevelColumns) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's first and last chunk time (NaN for a request without chunks)."""
+    has = c.num_chunks > 0
+    first, last = np.full(len(c), np.nan), np.full(len(c), np.nan)
+    first[has] = c.chunk_times_s[c.chunk_start[:-1][has]]
+    last[has] = c.chunk_times_s[c.chunk_start[1:][has] - 1]
+    return first, last
+
+
+def _latency_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray,
+                           last: np.ndarray) -> dict[str, Distribution]:
+    t, out = c.times, c.counts["output_tokens"]
     ms = 1000.0
+    many = ok & (out > 1)
+    # Gaps between the chunks of each ok request, in record order; a chunk of k tokens spreads its gap over them.
+    owner = np.repeat(np.arange(len(c)), c.num_chunks)
+    later = np.ones(len(c.chunk_times_s), dtype=bool)
+    later[c.chunk_start[:-1][c.num_chunks > 0]] = False  # a request's first chunk has no gap before it
+    gaps_at = later & ok[owner]
+    gaps = (c.chunk_times_s - np.concatenate(([0.0], c.chunk_times_s[:-1])))[gaps_at]
+    tokens = c.chunk_tokens[gaps_at]
+    itl = np.repeat(gaps / np.maximum(tokens, 1), tokens)
+    scheduled = ok & ~np.isnan(t["scheduled_s"])
+    delay = t["send_s"] - t["scheduled_s"]
+    dispatched = ok & ~np.isnan(t["dispatch_s"])
+    visible = ok & ~np.isnan(t["first_visible_s"])
     return {
-        "ttft_ms": Distribution.of(np.asarray(ttft) * ms),
-        "ttfvt_ms": Distribution.of(np.asarray(ttfvt) * ms),
-        "itl_ms": Distribution.of(np.concatenate(itl) * ms if itl else []),
-        "icl_ms": Distribution.of(np.concatenate(icl) * ms if icl else []),
-        "tpot_ms": Distribution.of(np.asarray(tpot) * ms),
-        "e2e_ms": Distribution.of(np.asarray(e2e) * ms),
-        "ttft_from_schedule_ms": Distribution.of(np.asarray(scheduled_ttft) * ms),
-        "e2e_from_schedule_ms": Distribution.of(np.asarray(scheduled_e2e) * ms),
-        "schedule_lag_ms": Distribution.of(np.asarray(lag) * ms),
-        "send_delay_ms": Distribution.of(np.asarray(send_delay) * ms),
+        "ttft_ms": Distribution.of(first[ok] * ms),
+        "ttfvt_ms": Distribution.of(t["first_visible_s"][visible] * ms),
+        "itl_ms": Distribution.of(itl * ms),
+        "icl_ms": Distribution.of(gaps * ms),
+        "tpot_ms": Distribution.of((last[many] - first[many]) / (out[many] - 1) * ms),
+        "e2e_ms": Distribution.of(last[ok] * ms),
+        "ttft_from_schedule_ms": Distribution.of((delay[scheduled] + first[scheduled]) * ms),
+        "e2e_from_schedule_ms": Distribution.of((delay[scheduled] + last[scheduled]) * ms),
+        "schedule_lag_ms": Distribution.of(delay[scheduled] * ms),
+        "send_delay_ms": Distribution.of((t["send_s"][dispatched] - t["dispatch_s"][dispatched]) * ms),
     }
 
 
-def _turn_distributions(ok: list[RequestRecord]) -> dict[str, Distribution]:
-    first = [r.chunk_times_s[0] * 1000.0 for r in ok if r.turn == 1]
-    later = [r.chunk_times_s[0] * 1000.0 for r in ok if r.turn is not None and r.turn > 1]
-    return {"ttft_ms_first_turn": Distribution.of(first), "ttft_ms_later_turns": Distribution.of(later)}
+def _turn_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray) -> dict[str, Distribution]:
+    turn = c.counts["turn"]
+    return {"ttft_ms_first_turn": Distribution.of(first[ok & (turn == 1)] * 1000.0),
+            "ttft_ms_later_turns": Distribution.of(first[ok & (turn > 1)] * 1000.0)}
 
 
-def _mean_or_none(values: list[int]) -> float | None:
-    return float(np.mean(values)) if values else None
+def _mean_or_none(values: np.ndarray) -> float | None:
+    return float(np.mean(values)) if values.size else None
 
 
-def _meets_slo(r: RequestRecord, slo: SLO | None) -> bool:
+def _meets_slo(c: LevelColumns, slo: SLO | None, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Whether each request met every target of the SLO (a throttled request's wait counts against it)."""
+    meets = np.ones(len(c), dtype=bool)
     if slo is None:
-        return True
-    wait = r.retry_wait_s * 1000
-    ttft, e2e = r.chunk_times_s[0] * 1000, r.chunk_times_s[-1] * 1000
-    if slo.ttft_ms is not None and wait + ttft > slo.ttft_ms:
-        return False
-    visible = r.first_visible_s * 1000 if r.first_visible_s is not None else math.inf
-    if slo.ttfvt_ms is not None and wait + visible > slo.ttfvt_ms:
-        return False
-    if slo.e2e_ms is not None and wait + e2e > slo.e2e_ms:
-        return False
-    if slo.tpot_ms is not None and r.output_tokens > 1:
-        return (e2e - ttft) / (r.output_tokens - 1) <= slo.tpot_ms
-    return True
+        return meets
+    t, out = c.times, c.counts["output_tokens"]
+    wait = np.where(np.isnan(t["first_send_s"]), 0.0, t["send_s"] - t["first_send_s"]) * 1000
+    ttft, e2e = first * 1000, last * 1000
+    visible = np.where(np.isnan(t["first_visible_s"]), np.inf, t["first_visible_s"] * 1000)
+    if slo.ttft_ms is not None:
+        meets &= ~(wait + ttft > slo.ttft_ms)
+    if slo.ttfvt_ms is not None:
+        meets &= ~(wait + visible > slo.ttfvt_ms)
+    if slo.e2e_ms is not None:
+        meets &= ~(wait + e2e > slo.e2e_ms)
+    if slo.tpot_ms is not None:
+        many = out > 1
+        tpot = np.where(many, (e2e - ttft) / np.maximum(out - 1, 1), 0.0)
+        meets &= ~many | (tpot <= slo.tpot_ms)
+    return meets
 
 
-def _steady_window(measured: list[RequestRecord], kind: str) -> tuple[float, float, bool]:
+def _steady_window(c: LevelColumns, kind: str, ended: np.ndarray) -> tuple[float, float, bool]:
     """The window in which the level's full load was applied, or the whole run if there is none."""
-    run = (min(r.send_s for r in measured), max(r.end_s or r.send_s for r in measured))
+    send = c.times["send_s"]
+    run = (float(send.min()), float(ended.max()))
     if kind in ("rate", "trace"):
-        scheduled = [r.scheduled_s for r in measured if r.scheduled_s is not None]
-        start, end = min(scheduled), max(scheduled)
-    else:
-        by_user: dict[int | None, list[RequestRecord]] = {}
-        for r in measured:
-            by_user.setdefault(r.user, []).append(r)
-        start = max(min(r.send_s for r in rs) for rs in by_user.values())
-        end = min(max(r.end_s or r.send_s for r in rs) for rs in by_user.values())
+        scheduled = c.times["scheduled_s"][~np.isnan(c.times["scheduled_s"])]
+        start, end = float(scheduled.min()), float(scheduled.max())
+    else:  # from the moment every user was active to the moment the first one stopped
+        users, of_user = np.unique(c.counts["user"], return_inverse=True)
+        first_send, last_end = np.full(len(users), np.inf), np.full(len(users), -np.inf)
+        np.minimum.at(first_send, of_user, send)
+        np.maximum.at(last_end, of_user, ended)
+        start, end = float(first_send.max()), float(last_end.min())
     if end - start <= 0:
         return run[0], run[1], False
     return start, end, True
@@ -201,22 +231,23 @@ class _WindowCounts:
     input_tokens: int
 
 
-def _count_in_window(records: list[RequestRecord], start: float, end: float) -> _WindowCounts:
-    requests = output_tokens = input_tokens = 0
-    for r in records:
-        arrivals = r.send_s + np.asarray(r.chunk_times_s)
-        inside = (arrivals >= start) & (arrivals <= end)
-        output_tokens += int(np.asarray(r.chunk_tokens)[inside].sum())
-        if start <= arrivals[-1] <= end:
-            requests += 1
-            input_tokens += r.prompt_tokens or 0
-    return _WindowCounts(requests, output_tokens, input_tokens)
+def _count_in_window(c: LevelColumns, which: np.ndarray, start: float, end: float,
+                     last: np.ndarray) -> _WindowCounts:
+    """Of the requests `which` selects: output tokens that arrived in the window, requests that ended in it."""
+    owner = np.repeat(np.arange(len(c)), c.num_chunks)
+    arrivals = c.times["send_s"][owner] + c.chunk_times_s
+    inside = which[owner] & (arrivals >= start) & (arrivals <= end)
+    finished = c.times["send_s"] + last
+    ended_inside = which & (start <= finished) & (finished <= end)
+    prompt = c.counts["prompt_tokens"][ended_inside]
+    return _WindowCounts(int(ended_inside.sum()), int(c.chunk_tokens[inside].sum()), int(prompt[prompt != NONE].sum()))
 
 
-def _mean_in_flight(measured: list[RequestRecord], start: float, end: float) -> float:
+def _mean_in_flight(c: LevelColumns, start: float, end: float) -> float:
     """Time-averaged number of requests in flight over the window: the concurrency actually held."""
-    busy = sum(max(0.0, min(r.end_s or end, end) - max(r.send_s, start)) for r in measured)
-    return busy / max(end - start, 1e-9)
+    ended = np.where(np.isnan(c.times["end_s"]), end, c.times["end_s"])
+    busy = np.maximum(0.0, np.minimum(ended, end) - np.maximum(c.times["send_s"], start))
+    return sum(busy.tolist()) / max(end - start, 1e-9)  # summed in order, as it always was
 
 
 def _invalid_reasons(s: LevelSummary) -> list[str]:
@@ -231,5 +262,5 @@ def _invalid_reasons(s: LevelSummary) -> list[str]:
     return reasons
 
 
-def _mean(values: list[int] | list[float]) -> float:
-    return float(np.mean(values)) if values else math.nan
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if values.size else math.nan
