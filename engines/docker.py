@@ -202,21 +202,9 @@ def launch_container(
     if this process dies, the lifeline's watcher removes it."""
     client = client or docker_client()
     host_port, root = local_port(port)
-    log_path = run_dir / ENGINE_LOG
     name = container_name(spec)
-    with log_path.open("ab") as log:
-        image = ensure_image(client, spec.image, log)
-    started_at = time.monotonic()
-    watcher = lifeline.start_watcher(log_path, container=name)  # before the container exists: no gap
-    try:
-        container = client.containers.run(**run_kwargs(spec, host_port, name, run_dir.name))
-    except BaseException:
-        lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
-        lifeline.stand_down(watcher)
-        raise
-    follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
-    follower.start()
-    try:
+    with _running(run_dir, spec, run_kwargs(spec, host_port, name, run_dir.name), client) as (container, image,
+                                                                                             started_at):
         wait_until_ready(f"{spec.engine} container", [root + spec.health_path], spec.ready_timeout_s, started_at,
                          exit_code=lambda: _exit_code(container), log_tail=lambda: _logs_tail(container),
                          log_name="its log")
@@ -225,44 +213,47 @@ def launch_container(
         info = EngineInfo(name=spec.engine, model=spec.served_model, version=version, launched_by="bench",
                           details=details)
         yield Endpoint(root + "/v1", spec.served_model), info
-    finally:
-        stop_and_remove(container)
-        lifeline.stand_down(watcher)
-        follower.join(timeout=5)
 
 
 def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, client: Any = None) -> float:
     """Run a one-shot container (an engine build) until it exits, its output in engine.log; returns its
     seconds. It is removed on every path (and by the lifeline's watcher if this process dies); a non-zero
     exit or running past `timeout_s` is an EngineStartError carrying the end of its log."""
-    client = client or docker_client()
-    log_path = run_dir / ENGINE_LOG
-    name = container_name(spec)
-    with log_path.open("ab") as log:
-        ensure_image(client, spec.image, log)
-    kwargs = run_kwargs(spec, local_port(None)[0], name, run_dir.name)
+    kwargs = run_kwargs(spec, local_port(None)[0], container_name(spec), run_dir.name)
     kwargs.pop("ports")  # a build serves nothing
-    started_at = time.monotonic()
-    watcher = lifeline.start_watcher(log_path, container=name)
-    try:
-        container = client.containers.run(**kwargs)
-    except BaseException:
-        lifeline.remove_containers(lifeline.owner_id(), name, client, settle_s=0)
-        lifeline.stand_down(watcher)
-        raise
-    follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
-    follower.start()
-    try:
+    with _running(run_dir, spec, kwargs, client or docker_client()) as (container, _, started_at):
         while (code := _exit_code(container)) is None:
             if time.monotonic() - started_at > timeout_s:
                 raise EngineStartError(f"{spec.engine} did not finish within {timeout_s:.0f} s; the end of its "
                                        f"log:\n{_logs_tail(container)}")
             time.sleep(0.5)
-        follower.join(timeout=5)
         if code != 0:
             raise EngineStartError(f"{spec.engine} exited with code {code}; the end of its log:\n"
                                    f"{_logs_tail(container)}")
         return time.monotonic() - started_at
+
+
+@contextmanager
+def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
+             client: Any) -> Iterator[tuple[Any, Any, float]]:
+    """The container started (its image pulled first if need be, not timed), its output copied into
+    engine.log as it comes, and when it started; stopped and removed on leaving, however left, and by the
+    lifeline's watcher if this process dies."""
+    log_path = run_dir / ENGINE_LOG
+    with log_path.open("ab") as log:
+        image = ensure_image(client, spec.image, log)
+    started_at = time.monotonic()
+    watcher = lifeline.start_watcher(log_path, container=kwargs["name"])  # before the container exists: no gap
+    try:
+        container = client.containers.run(**kwargs)
+    except BaseException:
+        lifeline.remove_containers(lifeline.owner_id(), kwargs["name"], client, settle_s=0)
+        lifeline.stand_down(watcher)
+        raise
+    follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
+    follower.start()
+    try:
+        yield container, image, started_at
     finally:
         stop_and_remove(container)
         lifeline.stand_down(watcher)
