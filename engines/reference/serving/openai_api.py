@@ -50,6 +50,11 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+ROLES = ("system", "user", "assistant", "developer", "tool")  # OpenAI's chat roles
+BODY_BYTES_PER_TOKEN = 64  # far more than a token's text takes, in JSON and escaped
+MIN_BODY_BYTES = 1024**2
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the served model accepts."""
@@ -58,6 +63,17 @@ class Limits:
     max_model_len: int
     vocab_size: int
     tokenizer: Tokenizer | None
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body taken: a body past it cannot fit the context, so it is refused unread."""
+        return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * self.max_model_len)
+
+    def body_too_large(self, size: int | None) -> ApiError:
+        told = f"{size:,} bytes, over" if size else "over"
+        return ApiError(f"the request body is {told} the {self.max_body_bytes:,} bytes this server takes "
+                        f"({BODY_BYTES_PER_TOKEN} for each of the model's {self.max_model_len:,} tokens of context, "
+                        f"{MIN_BODY_BYTES // 1024**2} MiB at least)", status=413, code="request_too_large")
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,9 @@ def _message_text(message: Any, index: int) -> dict[str, Any]:
     field = f"messages[{index}]"
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise ApiError(f"{field} must be an object with a string 'role'", param=field)
+    if message["role"] not in ROLES:
+        raise ApiError(f"{field}.role '{message['role']}' is not a role of the chat API; use one of {', '.join(ROLES)}",
+                       param=f"{field}.role")
     content = message.get("content")
     if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
@@ -242,11 +261,13 @@ def usage(output: RequestOutput) -> dict[str, Any]:
 def choice(kind: Kind, text: str, finish_reason: str | None, is_chunk: bool, role: str | None = None) -> dict:
     if kind == "completion":
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    key = "delta" if is_chunk else "message"
-    message = {"role": role, "content": text} if role else {"content": text}
-    if is_chunk and finish_reason is not None and not text:
-        message = {}
-    return {"index": 0, key: message, "logprobs": None, "finish_reason": finish_reason}
+    if not is_chunk:  # OpenAI's schema requires `refusal` (null when there is none)
+        return {"index": 0, "message": {"role": role, "content": text, "refusal": None}, "logprobs": None,
+                "finish_reason": finish_reason}
+    delta = {"role": role, "content": text} if role else {"content": text}
+    if finish_reason is not None and not text and not role:
+        delta = {}
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
 
 def envelope(kind: Kind, request_id: str, created: int, model: str, is_chunk: bool, choices: list) -> dict:

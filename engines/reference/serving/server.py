@@ -96,7 +96,7 @@ class Server:
         self.base_url = ""
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=64 * 1024**2)
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=self.limits.max_body_bytes)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -169,8 +169,14 @@ class Server:
         return await self._generate(request, "chat")
 
     async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        if (request.content_length or 0) > self.limits.max_body_bytes:
+            await _drain(request)  # read and dropped, never held: the client then reads the answer
+            raise self.limits.body_too_large(request.content_length)
         try:
             body = await request.json()
+        except web.HTTPRequestEntityTooLarge:  # a body sent without its length
+            await _drain(request)
+            raise self.limits.body_too_large(None) from None
         except ValueError:
             raise ApiError("the request body must be valid JSON") from None
         generation = parse(body, kind, self.limits)
@@ -215,16 +221,14 @@ class Server:
             return _sse(payload)
 
         is_continuous = generation.continuous_usage_stats
-        if kind == "chat":  # vLLM's first chunk: the role, and with continuous stats the prompt's usage
-            num_prompt = len(generation.prompt_token_ids)
-            prompt_usage = {"prompt_tokens": num_prompt, "completion_tokens": 0, "total_tokens": num_prompt}
-            await response.write(
-                chunk([choice(kind, "", None, True, "assistant")], prompt_usage if is_continuous else None)
-            )
+        # No chunk before the first generated token (a client timing the first chunk reads the true TTFT);
+        # a chat stream's role rides with that token, as vLLM's server sends it.
+        role: str | None = "assistant" if kind == "chat" else None
         last: RequestOutput | None = None
         try:
             async for last in outputs:
-                choices = [choice(kind, last.new_text, last.finish_reason, True)]
+                choices = [choice(kind, last.new_text, last.finish_reason, True, role)]
+                role = None
                 await response.write(chunk(choices, usage(last) if is_continuous else None))
         except EngineDeadError as exc:
             await response.write(_sse(ApiError(str(exc), status=503, code="engine_dead").body()))
@@ -233,6 +237,12 @@ class Server:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+async def _drain(request: web.Request) -> None:
+    """Read a request's body to its end, a piece at a time, keeping none of it."""
+    while await request.content.readany():
+        pass
 
 
 # ---- running it -------------------------------------------------------------------------------------

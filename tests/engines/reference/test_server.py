@@ -138,8 +138,9 @@ def test_chat_non_streaming_and_streaming_agree(client: openai.OpenAI) -> None:
     assert whole.usage.completion_tokens == 10 and whole.choices[0].finish_reason == "length"
     options = {"include_usage": True, "continuous_usage_stats": True}
     chunks = list(client.chat.completions.create(stream=True, stream_options=options, **kwargs))  # type: ignore[arg-type]
-    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].usage.completion_tokens == 0
-    assert [c.usage.completion_tokens for c in chunks[1:-1]] == list(range(1, 11))
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].usage.completion_tokens == 1
+    assert chunks[0].choices[0].delta.content  # the role comes with the first token, not before it
+    assert [c.usage.completion_tokens for c in chunks[:-1]] == list(range(1, 11))
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
