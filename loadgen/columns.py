@@ -21,6 +21,7 @@ import numpy as np
 from loadgen.types import RequestRecord
 
 NONE = -1  # a count the record does not have
+NAN = float("nan")  # a time the record does not have
 TIMES = ("send_s", "end_s", "scheduled_s", "dispatch_s", "first_visible_s", "first_send_s", "connect_ms")
 COUNTS = ("user", "turn", "prompt_tokens", "output_tokens", "cached_tokens", "server_output_tokens", "max_tokens",
           "reasoning_tokens", "attempts", "throttled_attempts")
@@ -62,15 +63,18 @@ class ColumnsBuilder:
         self.chunk_start, self.chunk_times, self.chunk_tokens = array("q", [0]), array("d"), array("i")
         self.failures: Counter[str] = Counter()
         self.sources: Counter[str] = Counter()
+        self._times = list(self.times.items())
+        self._counts = [(name, DEFAULTS.get(name), column) for name, column in self.counts.items()]
 
     def add(self, get: Callable[[str, Any], Any]) -> None:
-        """One request, its fields read with `get(name, default)` (a row's `.get`, or a record's getattr)."""
-        for name in TIMES:
+        """One request, its fields read with `get(name, default)` (a row's `.get`, or a record's getattr).
+        The hot loop of reading a long level: plain loops over prepared pairs, no lookups."""
+        for name, column in self._times:
             value = get(name, None)
-            self.times[name].append(np.nan if value is None else value)
-        for name in COUNTS:
-            value = get(name, DEFAULTS.get(name))
-            self.counts[name].append(NONE if value is None else value)
+            column.append(NAN if value is None else value)
+        for name, default, column in self._counts:
+            value = get(name, default)
+            column.append(NONE if value is None else value)
         ok = bool(get("ok", False))
         error_kind = get("error_kind", None)
         self.ok.append(ok)

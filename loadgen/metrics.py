@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -148,14 +149,6 @@ def _latency_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray,
     t, out = c.times, c.counts["output_tokens"]
     ms = 1000.0
     many = ok & (out > 1)
-    # Gaps between the chunks of each ok request, in record order; a chunk of k tokens spreads its gap over them.
-    owner = np.repeat(np.arange(len(c)), c.num_chunks)
-    later = np.ones(len(c.chunk_times_s), dtype=bool)
-    later[c.chunk_start[:-1][c.num_chunks > 0]] = False  # a request's first chunk has no gap before it
-    gaps_at = later & ok[owner]
-    gaps = (c.chunk_times_s - np.concatenate(([0.0], c.chunk_times_s[:-1])))[gaps_at]
-    tokens = c.chunk_tokens[gaps_at]
-    itl = np.repeat(gaps / np.maximum(tokens, 1), tokens)
     scheduled = ok & ~np.isnan(t["scheduled_s"])
     delay = t["send_s"] - t["scheduled_s"]
     dispatched = ok & ~np.isnan(t["dispatch_s"])
@@ -163,8 +156,7 @@ def _latency_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray,
     return {
         "ttft_ms": Distribution.of(first[ok] * ms),
         "ttfvt_ms": Distribution.of(t["first_visible_s"][visible] * ms),
-        "itl_ms": Distribution.of(itl * ms),
-        "icl_ms": Distribution.of(gaps * ms),
+        **_gap_distributions(c, ok),
         "tpot_ms": Distribution.of((last[many] - first[many]) / (out[many] - 1) * ms),
         "e2e_ms": Distribution.of(last[ok] * ms),
         "ttft_from_schedule_ms": Distribution.of((delay[scheduled] + first[scheduled]) * ms),
@@ -172,6 +164,48 @@ def _latency_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray,
         "schedule_lag_ms": Distribution.of(delay[scheduled] * ms),
         "send_delay_ms": Distribution.of((t["send_s"][dispatched] - t["dispatch_s"][dispatched]) * ms),
     }
+
+
+def _gap_distributions(c: LevelColumns, ok: np.ndarray) -> dict[str, Distribution]:
+    """ICL: the gaps between the chunks of each ok request; ITL: each gap spread over its chunk's tokens.
+    Pooled in record order; the one array of every gap is the largest thing a summary holds."""
+    gaps, tokens = _gaps(c, ok)
+    ones = tokens is None  # one token a chunk (the usual stream): ITL is ICL, gap for gap
+    itl = None if ones else np.repeat(gaps / np.maximum(tokens, 1), tokens)
+    gaps *= 1000.0
+    icl = Distribution.of(gaps, overwrite=True)
+    if itl is None:
+        return {"itl_ms": icl, "icl_ms": icl}
+    itl *= 1000.0
+    return {"itl_ms": Distribution.of(itl, overwrite=True), "icl_ms": icl}
+
+
+def _gaps(c: LevelColumns, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every gap before a chunk of an ok request (its first chunk has none), and that chunk's tokens (None
+    when every chunk carries one), filled a block of requests at a time."""
+    ones = bool(np.all(c.chunk_tokens == 1))
+    total = int(np.maximum(c.num_chunks[ok] - 1, 0).sum())
+    gaps = np.empty(total)
+    tokens = None if ones else np.empty(total, dtype=c.chunk_tokens.dtype)
+    filled = 0
+    for lo, hi, a, b in _blocks(c):
+        counts = c.num_chunks[lo:hi]
+        keep = np.repeat(ok[lo:hi], counts)
+        keep[c.chunk_start[lo:hi][counts > 0] - a] = False  # a request's first chunk has no gap before it
+        block = np.diff(c.chunk_times_s[a:b])[keep[1:]] if b - a > 1 else np.empty(0)
+        gaps[filled:filled + len(block)] = block
+        if tokens is not None:
+            tokens[filled:filled + len(block)] = c.chunk_tokens[a:b][keep]
+        filled += len(block)
+    return gaps, tokens
+
+
+def _blocks(c: LevelColumns, size: int = 1 << 16) -> Iterator[tuple[int, int, int, int]]:
+    """Requests [lo, hi) and their chunks [a, b), a block at a time: what is computed for each chunk is
+    computed in pieces of bounded size."""
+    for lo in range(0, len(c), size):
+        hi = min(lo + size, len(c))
+        yield lo, hi, int(c.chunk_start[lo]), int(c.chunk_start[hi])
 
 
 def _turn_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray) -> dict[str, Distribution]:
@@ -234,13 +268,16 @@ class _WindowCounts:
 def _count_in_window(c: LevelColumns, which: np.ndarray, start: float, end: float,
                      last: np.ndarray) -> _WindowCounts:
     """Of the requests `which` selects: output tokens that arrived in the window, requests that ended in it."""
-    owner = np.repeat(np.arange(len(c)), c.num_chunks)
-    arrivals = c.times["send_s"][owner] + c.chunk_times_s
-    inside = which[owner] & (arrivals >= start) & (arrivals <= end)
+    tokens = 0
+    for lo, hi, a, b in _blocks(c):
+        counts = c.num_chunks[lo:hi]
+        arrivals = np.repeat(c.times["send_s"][lo:hi], counts) + c.chunk_times_s[a:b]
+        inside = np.repeat(which[lo:hi], counts) & (arrivals >= start) & (arrivals <= end)
+        tokens += int(c.chunk_tokens[a:b][inside].sum())
     finished = c.times["send_s"] + last
     ended_inside = which & (start <= finished) & (finished <= end)
     prompt = c.counts["prompt_tokens"][ended_inside]
-    return _WindowCounts(int(ended_inside.sum()), int(c.chunk_tokens[inside].sum()), int(prompt[prompt != NONE].sum()))
+    return _WindowCounts(int(ended_inside.sum()), tokens, int(prompt[prompt != NONE].sum()))
 
 
 def _mean_in_flight(c: LevelColumns, start: float, end: float) -> float:

@@ -152,12 +152,14 @@ class Distribution:
     p99: float | None = None
 
     @classmethod
-    def of(cls, values: list[float] | np.ndarray) -> Distribution:
+    def of(cls, values: list[float] | np.ndarray, overwrite: bool = False) -> Distribution:
+        """`overwrite`: `values` is the caller's to spend: the percentiles are found in it, not in a copy."""
         array = np.asarray(values, dtype=float)
         if array.size == 0:
             return cls()
-        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
-        return cls(float(array.mean()), float(p50), float(p90), float(p95), float(p99))
+        mean = float(array.mean())  # before the percentiles reorder a spent array
+        p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99], overwrite_input=overwrite)
+        return cls(mean, float(p50), float(p90), float(p95), float(p99))
 
 
 @dataclass(frozen=True)
