@@ -82,7 +82,9 @@ def with_default(configs: list[TuneConfig]) -> list[TuneConfig]:
     """The default first (what an untuned engine gives), then each configuration once."""
     seen: dict[str, TuneConfig] = {DEFAULT_NAME: TuneConfig(DEFAULT_NAME)}
     for config in configs:
-        seen.setdefault(config.name, config)
+        if seen.setdefault(config.name, config).args != config.args:
+            raise TuneError(f"configuration name '{config.name}' is given to two different configurations; name "
+                            "each one once (`default` is the engine's own, with no argument changed)")
     return list(seen.values())
 
 
@@ -169,7 +171,7 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
     # against output tokens/s per GPU.
     curve = tuple((1000 / lv["tpot_ms"]["p50"], lv["output_tokens_per_s"] / gpus)
                   for lv in levels if (lv.get("tpot_ms") or {}).get("p50") and lv.get("output_tokens_per_s"))
-    first = levels[0] if levels else {}
+    first = min(levels, key=lambda lv: lv.get("load") or 0, default={})  # the lowest load, whatever the order
     return ConfigResult(
         entry.config.name, entry.config.args, entry.status, entry.run_dir, point.get("load"), tokens,
         per_hour / (tokens * 3600) * 1e6 if per_hour and tokens else None, ready,

@@ -51,11 +51,17 @@ def tune(
                 raise TuneError(f"--resume takes one tune folder and keeps the settings it began with; drop "
                                 f"{', '.join(given) or 'the other folders'}")
             plan = Tune.load(flags.resume[0])
+            if objective not in ("capacity", plan.objective):
+                raise TuneError(f"--resume keeps the objective the tune began with ({plan.objective}); drop "
+                                f"--objective {objective}")
             flags, concurrency, rate = _settings_back(plan.settings)
         else:
             kinds = flags.engine or ["reference"]
             if len(kinds) != 1:
                 raise TuneError(f"--engine {', '.join(kinds)}: a tune tries one engine's configurations; give one")
+            if flags.engine_file or flags.through_ui or kinds == ["openwebui"]:
+                raise TuneError("a tune tries the configurations of one engine given by --engine KIND; an "
+                                "--engine-file, --through-ui or --engine openwebui would add engines of their own")
             if bool(grid) == bool(configs):
                 raise TuneError("give --grid KEY=V1,V2 (repeatable) or --configs FILE: the configurations to try")
             tried = parse_grids(grid) if grid else read_configs(configs)
@@ -73,6 +79,8 @@ def tune(
     for entry in plan.entries:
         if entry.status == "complete":
             console.print(f"{entry.config.name}: complete, not run again", highlight=False)
+            if entry.run_dir and not (plan.folder / entry.run_dir / "report.json").is_file():
+                _report(entry.config.name, plan.folder / entry.run_dir)  # stopped before its report was written
             continue
         failures += not _measure(plan, entry, flags, levels)
     _finish(plan)
@@ -83,16 +91,23 @@ def tune(
 def _measure(plan: Any, entry: Any, flags: MeasureFlags, levels: Any) -> bool:
     """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json."""
     from bench import measure
-    from bench.report import render_run_report
 
     console.rule(f"{entry.config.name}", style="dim")
     before = set(plan.folder.iterdir())
     try:
         if entry.run_dir and entry.status == "interrupted":
-            jobs, _ = measure.resumed_jobs(MeasureFlags(resume=[plan.folder / entry.run_dir], out=plan.folder),
-                                           "sweep", [])
+            jobs, finished = measure.resumed_jobs(MeasureFlags(resume=[plan.folder / entry.run_dir], out=plan.folder),
+                                                  "sweep", [])
+            if finished:  # it ended before tune.json heard of it
+                entry.status = "complete"
+                plan.save()
+                _report(entry.config.name, plan.folder / entry.run_dir)
+                return True
         else:
+            entry.run_dir = None  # a configuration run afresh: an earlier failed run is not its figures
             jobs = measure.fresh_jobs(_config_flags(flags, plan, entry.config.args), levels)
+        if len(jobs) != 1:
+            raise RuntimeError(f"a tune configuration is one job, not {len(jobs)}")
         outcome = measure.run_jobs(jobs)
     except KeyboardInterrupt:
         entry.run_dir = entry.run_dir or _new_run_dir(plan.folder, before)
@@ -113,10 +128,7 @@ def _measure(plan: Any, entry: Any, flags: MeasureFlags, levels: Any) -> bool:
         entry.status = "complete" if result and result.status == "complete" else f"failed: {result and result.status}"
     plan.save()
     if result is not None:
-        try:
-            render_run_report(result.run_dir)
-        except Exception as exc:  # the measurements are kept; the tune says the figures are missing
-            warn(f"{entry.config.name}: no report ({exc})")
+        _report(entry.config.name, result.run_dir)
     if outcome.failures:
         errors.print(f"[bold red]{entry.config.name} failed:[/] {outcome.failures[0][1]}", highlight=False)
     return entry.status == "complete"
@@ -138,6 +150,16 @@ def _settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, 
     values["engine_file"] = [Path(p) for p in values["engine_file"]] if values.get("engine_file") else None
     return (MeasureFlags(**values, out=Path(settings.get("out", "runs"))), settings.get("concurrency"),
             settings.get("rate"))
+
+
+def _report(name: str, run_dir: Path) -> None:
+    """The configuration's run report, which the tune reads its figures from."""
+    from bench.report import render_run_report
+
+    try:
+        render_run_report(run_dir)
+    except Exception as exc:  # the measurements are kept; the tune says the figures are missing
+        warn(f"{name}: no report ({exc})")
 
 
 def _config_flags(flags: MeasureFlags, plan: Any, args: dict[str, str]) -> MeasureFlags:

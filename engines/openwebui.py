@@ -180,9 +180,10 @@ def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int 
 
 def _version(root: str) -> str | None:
     try:
-        return str(httpx.get(root + "/api/version", timeout=5).json().get("version")) or None
+        version = httpx.get(root + "/api/version", timeout=5).json().get("version")
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
+    return str(version) if version else None
 
 
 def through_openwebui(engine: Launcher, ui_python: str | None = None) -> Launcher:

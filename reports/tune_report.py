@@ -6,6 +6,7 @@ nothing here measures or decides."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ def pareto_plot(data: dict[str, Any]) -> bytes | None:
     if not configs:
         return None
     fig, ax = plt.subplots(figsize=SIZE)
-    for config, color in zip(configs, _colors() * 4, strict=False):
+    for config, color in zip(configs, itertools.cycle(_colors())):
         speed, rate = zip(*config["curve"], strict=True)
         best = config["name"] == data["best"]
         ax.plot(speed, rate, "o-", color=color, linewidth=2.4 if best else 1.2,

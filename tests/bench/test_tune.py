@@ -34,6 +34,8 @@ def test_grids_are_every_combination_in_the_order_given() -> None:
         "max-num-seqs=32,max-num-batched-tokens=512", "max-num-seqs=32,max-num-batched-tokens=2048"]
     assert configs[1].args == {"max-num-seqs": "8", "max-num-batched-tokens": "2048"}
     assert [c.name for c in with_default(configs[:1] + configs[:1])] == ["default", configs[0].name]
+    with pytest.raises(TuneError, match="'default' is given to two different configurations"):
+        with_default([TuneConfig("default", {"max-num-seqs": "8"})])
 
 
 @pytest.mark.parametrize(("grids", "message"), [
@@ -81,7 +83,9 @@ def test_bad_tune_flags_are_one_line_errors(tmp_path: Path) -> None:
                            ([], "give --grid KEY=V1,V2 (repeatable) or --configs FILE"),
                            (["--grid", "max-num-seqs=8", "--objective", "speed"], "--objective speed: choose one of"),
                            (["--grid", "a=1", "--engine", "reference", "--engine", "llamacpp"], "give one"),
-                           (["--configs", str(tmp_path / "none.yaml")], "none.yaml: no such file")):
+                           (["--configs", str(tmp_path / "none.yaml")], "none.yaml: no such file"),
+                           (["--grid", "a=1", "--through-ui"], "would add engines of their own"),
+                           (["--grid", "a=1", "--engine", "openwebui"], "would add engines of their own")):
         outcome = bench(*base, *flags)
         assert outcome.returncode == 2 and message in outcome.stderr, outcome.stderr
         assert len(outcome.stderr.strip().splitlines()) == 1
@@ -130,3 +134,19 @@ def test_a_tune_of_the_reference_engine_resumes_after_an_interrupt_and_marks_the
     assert "Best by capacity" in (folder / "tune.md").read_text()
     decision = (folder / "report.md").read_text()  # the decision, with the best configuration and how it was chosen
     assert f"the configuration bench tune chose: {report['best']}, the best by capacity of 3 tried" in decision
+
+
+def test_the_latency_objective_reads_ttft_at_the_lowest_load_whatever_the_order(tmp_path: Path) -> None:
+    from bench.tune import TuneEntry, config_result
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    levels = [{"load": load, "ttft_ms": {"p50": ttft}, "tpot_ms": {"p50": 20.0}, "output_tokens_per_s": tokens}
+              for load, ttft, tokens in ((64, 900.0, 800.0), (8, 120.0, 300.0), (1, 40.0, 50.0))]
+    report = {"engines": [{"operating_point": {"load": 8, "output_tokens_per_s": 300.0}, "replica_usd_per_hour": 3.6,
+                           "levels": levels}], "inputs": {"assumptions": {"gpus_per_replica": 1}}}
+    (run_dir / "report.json").write_text(json.dumps(report))
+    got = config_result(tmp_path, TuneEntry(TuneConfig("x"), "run", "complete"))
+    assert got.ttft_p50_ms_lowest_load == 40.0 and got.peak_output_tokens_per_s == 800.0
+    assert got.usd_per_m_output_tokens == pytest.approx(3.6 / (300 * 3600) * 1e6)  # $3.33 per 1M output tokens
+    assert got.curve[0] == (50.0, 800.0)  # 1000 / 20 ms, and 800 tokens/s on one GPU
