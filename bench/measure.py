@@ -202,12 +202,9 @@ def _print_ui_overhead(summaries: list[LevelSummary]) -> None:
     """Each engine measured direct and through Open WebUI (`--through-ui`): the two side by side."""
     from bench.display import ui_overhead_table
     from engines.openwebui import VIA_UI
-    from reports.ui_overhead import bottleneck_sentence, pair_levels
+    from reports.ui_overhead import bottleneck_sentence, pairs_through_ui
 
-    engines = dict.fromkeys(s.engine for s in summaries)
-    for name in [e for e in engines if e.endswith(VIA_UI)]:
-        direct = name.removesuffix(VIA_UI)
-        levels = pair_levels([s for s in summaries if s.engine == direct], [s for s in summaries if s.engine == name])
+    for direct, levels in pairs_through_ui(summaries, VIA_UI).items():
         if levels:
             console.print(ui_overhead_table(levels, title=f"{direct}: direct and through Open WebUI"))
             console.print(bottleneck_sentence(levels), highlight=False)

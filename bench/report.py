@@ -112,16 +112,15 @@ def _screenshot(run_dir: Path, ui: dict[str, Any] | None) -> bytes | None:
 def _with_ui_levels(runs: list[ReportRun]) -> list[ReportRun]:
     """A run through a UI, beside the run of the same engine direct when the report has both."""
     from engines.openwebui import VIA_UI
-    from reports.ui_overhead import pair_levels
+    from reports.ui_overhead import UiLevel, pairs_through_ui
 
-    by_engine = {run.summaries[0].engine: run for run in runs if run.summaries}
-    paired = []
-    for run in runs:
+    paired = pairs_through_ui([s for run in runs for s in run.summaries], VIA_UI)
+
+    def levels(run: ReportRun) -> list[UiLevel]:
         engine = run.summaries[0].engine if run.summaries else ""
-        direct = by_engine.get(engine.removesuffix(VIA_UI)) if run.ui and engine.endswith(VIA_UI) else None
-        paired.append(replace(run, ui_levels=tuple(pair_levels(list(direct.summaries), list(run.summaries))))
-                      if direct is not None else run)
-    return paired
+        return paired.get(engine.removesuffix(VIA_UI), []) if run.ui and engine.endswith(VIA_UI) else []
+
+    return [replace(run, ui_levels=tuple(found)) if (found := levels(run)) else run for run in runs]
 
 
 def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[ReportRun]) -> tuple[Traffic, str]:

@@ -160,12 +160,12 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
     ready = (run.get("engine") or {}).get("details", {}).get("time_to_ready_s")
     if not report_path.is_file():
         return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written"})
-    engine = json.loads(report_path.read_text())["engines"][0]  # one engine: the configuration's
+    report = json.loads(report_path.read_text())
+    engine = report["engines"][0]  # one engine: the configuration's
     point = engine.get("operating_point") or {}
     per_hour = engine.get("replica_usd_per_hour")
     tokens = point.get("output_tokens_per_s")
     levels = engine.get("levels") or []
-    report = json.loads(report_path.read_text())
     gpus = report["inputs"]["assumptions"].get("gpus_per_replica") or 1
     # The view independent benchmarks use (as the run report's): the speed each user sees, 1000 / TPOT p50,
     # against output tokens/s per GPU.

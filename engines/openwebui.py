@@ -69,7 +69,6 @@ class RunningUi:
     account: UiAccount
     started: Started
     version: str | None
-    data_dir: Path
 
     def endpoint(self, model: str) -> Endpoint:
         """Open WebUI's OpenAI-compatible chat API, with the key made at sign-in."""
@@ -173,7 +172,7 @@ def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int 
         os.environ[UI_KEY_ENV] = account.api_key  # read by name when requests are sent, like any API key
         try:
             wait_for_model(root, account, engine.model)
-            yield RunningUi(root, account, started, _version(root), data_dir)
+            yield RunningUi(root, account, started, _version(root))
         finally:
             os.environ.pop(UI_KEY_ENV, None)
 

@@ -46,6 +46,15 @@ def pair_levels(direct: list[LevelSummary], ui: list[LevelSummary]) -> list[UiLe
             for d in direct if (u := through.get(d.level)) is not None]
 
 
+def pairs_through_ui(summaries: list[LevelSummary], via: str) -> dict[str, list[UiLevel]]:
+    """Each engine measured through a UI (its name ends in `via`) beside the same engine direct: its levels
+    paired, by the direct engine's name (an engine without its direct run is left out)."""
+    names = dict.fromkeys(s.engine for s in summaries)
+    return {name.removesuffix(via): pair_levels([s for s in summaries if s.engine == name.removesuffix(via)],
+                                                [s for s in summaries if s.engine == name])
+            for name in names if name.endswith(via) and name.removesuffix(via) in names}
+
+
 def bottleneck(levels: list[UiLevel], share: float = BOTTLENECK_SHARE) -> UiLevel | None:
     """The first level at which the UI carried less than `share` of the direct throughput."""
     return next((lv for lv in levels if lv.throughput_share is not None and lv.throughput_share < share), None)

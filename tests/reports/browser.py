@@ -7,7 +7,6 @@ import asyncio
 import base64
 import itertools
 import json
-import shutil
 import subprocess
 import tempfile
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from common.processes import terminate
+from engines.openwebui_page import find_chromium
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
@@ -33,10 +33,6 @@ IMAGES_JS = """JSON.stringify(Array.from(document.images).map(img => {
   return {alt: img.alt, width: img.naturalWidth, height: img.naturalHeight, complete: img.complete,
           std: Math.sqrt(Math.max(0, s2 / n - mean * mean))};
 }))"""
-
-
-def find_chromium() -> str | None:
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
 @dataclass

@@ -58,13 +58,11 @@ def test_ttft_timed_by_the_first_chunk_of_any_kind_is_the_first_tokens_time(serv
             "stream": True, "ignore_eos": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     for _ in range(3):
-        sent = time.perf_counter()
         with httpx.stream("POST", server.base_url + CHAT, json=body, timeout=30) as response:
             events = list(sse_events(response))
         first_any = events[0]
         first_token = next((t, p) for t, p in events if isinstance(p, dict) and p["choices"])
         assert first_any == first_token and first_any[1]["usage"]["completion_tokens"] == 1
-        assert first_any[0] - sent > 0
 
 
 @pytest.mark.parametrize("role", ["wizard", "", "USER"])
