@@ -50,6 +50,8 @@ class MeasureFlags:
     trace_window: str | None = None
     keep_text: bool = False
     strict_openai: bool = False
+    workers: int | None = None
+    ray: str | None = None
     out: Path = Path("runs")
     report: bool = True
     repeats: int | None = None
@@ -119,6 +121,11 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "keep_text": (bool, typer.Option(False, help="Store prompts and answers in requests.jsonl (for debugging; "
                                                  "the report says so).")),
     "strict_openai": (bool, typer.Option(False, help="Send only OpenAI's published fields (for providers).")),
+    "workers": (int, typer.Option(None, help="Split each level's users (or its arrival schedule) across this many "
+                                             "client processes (with --ray: Ray actors); one summary, every "
+                                             "worker's own check on itself.")),
+    "ray": (str, typer.Option(None, help="Run the client workers as Ray actors on the cluster at ADDRESS (auto, "
+                                         "HOST:PORT or ray://HOST:PORT); pip install 'llm-selfhost-bench[ray]'.")),
     "out": (Path, typer.Option(Path("runs"), help="Directory that holds the run directories.")),
     "report": (bool, typer.Option(True, help="Write the decision report (HTML, Markdown, JSON) at the end.")),
     "repeats": (int, typer.Option(None, help="Run each level (a search: the whole search) this many times, in "

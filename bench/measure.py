@@ -27,6 +27,7 @@ from bench.sweep import SweepPlan, SweepResult, run_sweep
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
+from loadgen.pool import ClientPool
 from loadgen.repeats import aggregate
 from loadgen.replay.requests import Replay
 from loadgen.types import SLO, LevelSummary
@@ -77,11 +78,23 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                                           "name": f"{spec.name or spec.engine}+{UI_KIND}"}) for spec in specs]
     for spec in specs:
         read_api_key(spec.api_key_env)  # a key named but not set is a bad flag: said before anything starts
+    clients = client_pool(flags.workers, flags.ray)
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
                           tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
-                          replay=replay),
+                          replay=replay, clients=clients),
                 make_launcher(spec)) for spec in specs]
+
+
+def client_pool(workers: int | None, ray: str | None) -> ClientPool:
+    """--workers and --ray checked before anything starts."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: expected a whole number >= 1")
+    if ray is not None:
+        from loadgen.ray_workers import require_ray
+
+        require_ray(ray)
+    return ClientPool(workers or 1, ray)
 
 
 def _split(listed: str | None) -> list[str]:
@@ -111,7 +124,8 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
         plan = SweepPlan(scenario, run_dir.parent, engine_kind=spec.name or spec.engine,
                          strict_openai=bool(run.client.get("strict_openai")), tokenizer=tokenizer,
                          tokenizer_path=tokenizer_path, repeats=int(run.plan.get("repeats", 1)), capacity=capacity,
-                         engine_spec=run.engine_spec, replay=replay)
+                         engine_spec=run.engine_spec, replay=replay,
+                         clients=client_pool(run.client.get("workers"), run.client.get("ray")))
         jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
     return jobs, complete
 
@@ -140,6 +154,7 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary |
     from engines.endpoint import EndpointError
     from engines.launch import EngineGone, EngineStartError
     from engines.registry import EngineError
+    from loadgen.pool import WorkerFailed
     from loadgen.replay.formats import DatasetError
 
     outcome = Outcome([], [], [])
@@ -150,7 +165,7 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary |
         try:
             with RichSweepProgress(console, describe(job)) as progress:
                 outcome.results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
-        except (EndpointError, EngineError, EngineStartError, EngineGone, DatasetError) as exc:
+        except (EndpointError, EngineError, EngineStartError, EngineGone, DatasetError, WorkerFailed) as exc:
             if job is not jobs[-1]:  # said at once when other engines still run; at the end in any case
                 errors.print(f"[bold red]{job.plan.engine_kind} failed:[/] {escape(str(exc))}", highlight=False,
                              markup=True)

@@ -4,12 +4,14 @@
         run.json         RunInfo: tool version, engine, hardware, resolved scenario, levels, seeds, status, and
                          a replayed dataset's path, sha256 and lengths (never its text)
         requests.jsonl   one RequestRecord per line, appended as each request ends
-        levels.jsonl     one line per finished level: timing and the client's check on itself
+        levels.jsonl     one line per finished level: timing and the client's check on itself (split across
+                         client workers: each worker's check, clock offset and start-up)
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
         repeats.json     with --repeats: each level's headline figures as mean, 95 % interval and values
         capacity.json    a capacity search's answer and every probe (bench.capacity)
         telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
         engine.log       the engine's output, when the toolkit launched it
+        workers.log      local client workers' own output (--workers), when there was any
 
 Everything in a report can be recomputed from these files alone.
 """
@@ -31,11 +33,12 @@ from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
 from loadgen.telemetry import gpu_view, server_view
-from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, ServerView
+from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, ServerView, WorkerRun
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 LEVELS_FILE = "levels.jsonl"
+WORKERS_LOG = "workers.log"  # client workers' own output (--workers), if any
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 REPEATS_FILE = "repeats.json"
@@ -151,10 +154,11 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
     summaries = []
     # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
     for level, columns in columns_by_level(read_jsonl(records_path)).items():
-        client = level_runs.get(level, {}).get("client")
-        network = level_runs.get(level, {}).get("network")
+        row = level_runs.get(level, {})
+        client, network = row.get("client"), row.get("network")
+        workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
         summaries.append(summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
-                                           ConnectProbe(**network) if network else None))
+                                           ConnectProbe(**network) if network else None, workers))
     return summaries
 
 

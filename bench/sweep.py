@@ -17,6 +17,7 @@ that said, instead of a trail of failed levels.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -40,6 +41,7 @@ from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
 from loadgen.gpu import find_reader
+from loadgen.pool import ClientPool, run_split_level
 from loadgen.recorder import JsonlWriter
 from loadgen.replay.requests import Replay, check_context, describe, replay_requests
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
@@ -74,6 +76,7 @@ class SweepPlan:
     capacity: CapacityPlan | None = None  # a capacity search instead of the scenario's levels
     engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile, kept in run.json for --resume
     replay: Replay | None = None  # the scenario's dataset, read and prepared
+    clients: ClientPool = ClientPool()  # one client process, or a level split across several (--workers, --ray)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -221,9 +224,10 @@ def _run_levels(
     warmup_workload = workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET, "dataset": None})
     warmup_specs = skip_sent(iter_requests(warmup_workload, plan.tokenizer), resume and resume.last_warmup_id)
     driver = make_driver(plan, run_dir, resume)
+    clients = replace(plan.clients, log_path=run_dir / rundir.WORKERS_LOG)
     first = True
     with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
-            JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels:
+            JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels, clients.session():
         while (level := driver.next_level()) is not None:
             if not first and engine.launched_by == "bench" and not still_answering(endpoint.base_url):
                 raise EngineGone(f"{engine.name} stopped answering at {endpoint.base_url} before {level.label}; "
@@ -238,7 +242,13 @@ def _run_levels(
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
                                on_record=progress.request_finished if progress else None, keep_text=workload.keep_text)
             level_specs = plan.requests(cycle=False) if level.kind == "trace" else specs
-            level_run = run_level_blocking(ctx, bounds, level_specs, warmup_specs)
+            if clients.is_split:
+                split = run_split_level(ctx, bounds, level_specs, warmup_specs, clients)
+                level_run = split.level_run
+                if level.kind != "trace":  # requests a worker was fed but never sent are the next level's first
+                    specs = itertools.chain(split.unsent, specs)
+            else:
+                level_run = run_level_blocking(ctx, bounds, level_specs, warmup_specs)
             levels.write(asdict(level_run))
             summary = _find(_resummarize(run_dir), level_run)
             driver.level_finished(level, summary)
@@ -296,7 +306,7 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         hardware=describe_host(), scenario=plan.scenario.model_dump(mode="json"),
         levels=[level.label for level in plan.levels()],
         client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path,
-                "on_throttle": plan.on_throttle()},
+                "on_throttle": plan.on_throttle(), **plan.clients.describe()},
         seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
         plan=plan.plan_json(), engine_spec=plan.engine_spec,
         dataset=asdict(describe(plan.replay)) if plan.replay is not None else None,

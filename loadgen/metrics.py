@@ -26,7 +26,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,11 +34,22 @@ import numpy as np
 from loadgen.arrivals import parse_label
 from loadgen.columns import NONE, LevelColumns, columns_of
 from loadgen.network import ConnectProbe
-from loadgen.types import SLO, ClientCheck, Distribution, LevelSummary, RequestRecord, UsageTotals
+from loadgen.types import (
+    SLO,
+    ClientCheck,
+    Distribution,
+    LevelSummary,
+    RequestRecord,
+    UsageTotals,
+    WorkerRun,
+    worst_check,
+)
 
 MAX_LOOP_LAG_P99_MS = 20.0
 MAX_CLIENT_CPU_FRACTION = 0.95
 MIN_HELD_CONCURRENCY_FRACTION = 0.9
+MAX_STARVED_FRACTION = 0.01  # of a worker's measured time, waiting for requests from the driver
+MAX_CLOCK_UNCERTAINTY_MS = 1.0
 
 
 def summarize(
@@ -54,8 +65,12 @@ def summarize(
 
 def summarize_columns(
     c: LevelColumns, slo: SLO | None = None, client: ClientCheck | None = None, network: ConnectProbe | None = None,
+    workers: Sequence[WorkerRun] = (),
 ) -> LevelSummary:
-    """Summarize one level's measured requests, held as columns (`loadgen.columns`)."""
+    """Summarize one level's measured requests, held as columns (`loadgen.columns`). A level split across
+    client processes (`workers`) is judged by each process's own check."""
+    if workers:
+        client = worst_check([w.client for w in workers])
     n = len(c)
     if n == 0:
         raise ValueError("no measured requests to summarize")
@@ -110,10 +125,10 @@ def summarize_columns(
         usage=usage_totals(c, ok),
         tcp_connect_ms=network.tcp_ms if network else None,
         tls_handshake_ms=network.tls_ms if network else None,
-        client=client,
+        client=client, num_workers=max(len(workers), 1),
     )
-    reasons = _invalid_reasons(summary)
-    return replace(summary, is_valid=not reasons, invalid_reasons=reasons)
+    reasons = _invalid_reasons(summary, workers)
+    return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=_worker_notes(workers))
 
 
 def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:
@@ -287,16 +302,34 @@ def _mean_in_flight(c: LevelColumns, start: float, end: float) -> float:
     return sum(busy.tolist()) / max(end - start, 1e-9)  # summed in order, as it always was
 
 
-def _invalid_reasons(s: LevelSummary) -> list[str]:
+def _invalid_reasons(s: LevelSummary, workers: Sequence[WorkerRun] = ()) -> list[str]:
+    checks = [(f"client worker {w.worker}", w.client) for w in workers] or \
+        ([("client", s.client)] if s.client is not None else [])
     reasons = []
-    if s.client is not None and s.client.loop_lag_p99_ms > MAX_LOOP_LAG_P99_MS:
-        reasons.append(f"client event loop lagged {s.client.loop_lag_p99_ms:.1f} ms at p99")
-    busy = s.client.client_cpu_fraction - s.client.waiting_fraction if s.client is not None else 0.0
-    if s.client is not None and busy > MAX_CLIENT_CPU_FRACTION:
-        reasons.append(f"client used {busy:.0%} of a core")
+    for who, check in checks:
+        if check.loop_lag_p99_ms > MAX_LOOP_LAG_P99_MS:
+            reasons.append(f"{who}'s event loop lagged {check.loop_lag_p99_ms:.1f} ms at p99" if workers
+                           else f"client event loop lagged {check.loop_lag_p99_ms:.1f} ms at p99")
+        busy = check.client_cpu_fraction - check.waiting_fraction
+        if busy > MAX_CLIENT_CPU_FRACTION:
+            reasons.append(f"{who} used {busy:.0%} of a core")
+    for w in workers:
+        if w.wall_s > 0 and w.starved_s > MAX_STARVED_FRACTION * w.wall_s:
+            reasons.append(f"client worker {w.worker} waited {w.starved_s:.2f} s for requests from the driver")
     if s.kind == "concurrency" and s.is_steady_window and s.mean_in_flight < MIN_HELD_CONCURRENCY_FRACTION * s.target:
         reasons.append(f"client held {s.mean_in_flight:.1f} of {s.target:g} requests in flight")
     return reasons
+
+
+def _worker_notes(workers: Sequence[WorkerRun]) -> list[str]:
+    """Times from several processes share one timeline only as well as their clocks were matched."""
+    uncertain = [w for w in workers if w.clock_uncertainty_ms > MAX_CLOCK_UNCERTAINTY_MS]
+    if not uncertain:
+        return []
+    worst = max(uncertain, key=lambda w: w.clock_uncertainty_ms)
+    return [f"the clocks of {len(uncertain)} client worker(s) are known only to within "
+            f"{worst.clock_uncertainty_ms:.1f} ms of the driver's (worker {worst.worker} on {worst.host}): the "
+            "steady window and throughput across workers carry that uncertainty; latencies of a request do not"]
 
 
 def _mean(values: np.ndarray) -> float:

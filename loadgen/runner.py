@@ -14,9 +14,10 @@ import collections
 import gc
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import aiohttp
 import numpy as np
@@ -25,7 +26,7 @@ from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
-from loadgen.types import ClientCheck, RequestRecord, RequestSpec
+from loadgen.types import ClientCheck, RequestRecord, RequestSpec, WorkerRun
 
 WARMUP_MAX_TOKENS = 8
 LOOP_LAG_PERIOD_S = 0.01
@@ -60,6 +61,50 @@ class LevelRun:
     client: ClientCheck
     measured_at_unix_s: float | None = None
     network: ConnectProbe | None = None  # TCP connect and TLS handshake to the endpoint, probed first
+    workers: list[WorkerRun] = field(default_factory=list)  # a level split across client processes: each one
+
+
+@dataclass(frozen=True)
+class LevelShare:
+    """The part of a level one of several client processes runs: its users (or cap), budget and warm-up."""
+
+    users: int
+    max_requests: int | None
+    num_warmup: int
+    user_offset: int  # its users are numbered from here, so user ids stay unique across the processes
+
+
+class LevelRequests(Protocol):
+    """Where a level's requests come from: the run's own stream (`StreamRequests`), or a driver feeding
+    one worker its share (`loadgen.worker.FedRequests`)."""
+
+    async def conversation(self) -> list[RequestSpec] | None:
+        """The next conversation (a single request: a list of one); None when there are no more."""
+
+    def arrivals(self) -> AsyncIterator[tuple[float, RequestSpec | None]]:
+        """Open loop: (send time, the request or None: `take` it when it is sent)."""
+
+    def take(self) -> RequestSpec | None:
+        """The next request, taken at its send time."""
+
+
+class StreamRequests:
+    """A level's requests from an iterator: closed loop a conversation at a time, open loop on the seeded
+    schedule (or a trace's own times)."""
+
+    def __init__(self, level: Level, specs: Iterator[RequestSpec]) -> None:
+        self.level, self.specs = level, specs
+        self._conversations = conversations(specs)
+
+    async def conversation(self) -> list[RequestSpec] | None:
+        return next(self._conversations, None)
+
+    async def arrivals(self) -> AsyncIterator[tuple[float, RequestSpec | None]]:
+        for item in schedule(self.level, self.specs):
+            yield item
+
+    def take(self) -> RequestSpec | None:
+        return next(self.specs, None)
 
 
 class StartGate:
@@ -135,16 +180,32 @@ class LevelContext:
     start_gate: StartGate = field(default_factory=StartGate)
     num_written: int = 0
     waiting: SpinTime = field(default_factory=SpinTime)
+    worker: int | None = None  # which client process, when a level is split across several
+    share: LevelShare | None = None  # that process's part of the level
+    # After warm-up: waits for the measured part's start and returns it (a perf_counter value); by default now.
+    # Workers of one level start together at an instant the driver chooses.
+    start_measuring: Callable[[], Awaitable[float]] | None = None
 
     def clock(self) -> float:
         return time.perf_counter() - self.clock_origin
+
+    @property
+    def num_users(self) -> int:
+        return self.share.users if self.share is not None else self.level.num_users
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """Open loop: the cap on requests in flight from this process."""
+        if self.share is not None:
+            return self.share.users or None
+        return self.level.max_concurrency
 
     def new_record(self, spec: RequestSpec, **fields: object) -> RequestRecord:
         return RequestRecord(
             run_id=self.run_id, engine=self.engine, level=self.level.label, request_id=spec.request_id,
             send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, dataset_index=spec.dataset_index,
             prompt_sha256=spec.prompt_sha256, prompt_text=spec.prompt if self.keep_text else None,
-            **fields,  # type: ignore[arg-type]
+            worker=self.worker, **fields,  # type: ignore[arg-type]
         )
 
     def keep(self, record: RequestRecord) -> None:
@@ -157,26 +218,28 @@ class LevelContext:
 
 
 async def run_level(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec], warmup_specs: Iterator[RequestSpec]
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests,
+    warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     level = ctx.level
-    max_connections = level.num_users if level.kind == "concurrency" else (level.max_concurrency or 0)
+    requests = StreamRequests(level, specs) if isinstance(specs, Iterator) else specs
+    max_connections = ctx.num_users if level.kind == "concurrency" else (ctx.max_concurrency or 0)
     started_at = time.time()
     network = await probe_connect(ctx.options.base_url)
     async with open_session(max_connections, ctx.options) as session:
         ctx.clock_origin = time.perf_counter()
         num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
         with _quiet_garbage_collector():
-            ctx.clock_origin = time.perf_counter()
-            measured_at = time.time()
+            ctx.clock_origin = await ctx.start_measuring() if ctx.start_measuring else time.perf_counter()
+            measured_at = time.time() - (time.perf_counter() - ctx.clock_origin)
             lags: list[float] = []
             monitor = asyncio.create_task(_watch_loop_lag(lags))
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             try:
                 if level.kind == "concurrency":
-                    await _closed_loop(ctx, session, bounds, specs)
+                    await _closed_loop(ctx, session, bounds, requests)
                 else:
-                    await _open_loop(ctx, session, bounds, specs)
+                    await _open_loop(ctx, session, bounds, requests)
             finally:
                 monitor.cancel()
                 wall_s = time.perf_counter() - wall_start
@@ -193,8 +256,9 @@ async def _warm_up(
     ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
 ) -> int:
     level = ctx.level
-    default = level.num_users if level.kind == "concurrency" else (level.max_concurrency or 8)
+    default = ctx.num_users if level.kind == "concurrency" else (ctx.max_concurrency or 8)
     count = default if bounds.num_warmup is None else bounds.num_warmup
+    count = ctx.share.num_warmup if ctx.share is not None else count
 
     async def one(spec: RequestSpec) -> None:
         short = RequestSpec(**{**spec.__dict__, "max_tokens": min(spec.max_tokens, WARMUP_MAX_TOKENS)})
@@ -206,10 +270,11 @@ async def _warm_up(
 
 
 async def _closed_loop(
-    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, requests: LevelRequests
 ) -> None:
-    budget = itertools.count() if bounds.max_requests is None else iter(range(bounds.max_requests))
-    conversations = _conversations(specs)
+    max_requests = ctx.share.max_requests if ctx.share is not None else bounds.max_requests
+    budget = itertools.count() if max_requests is None else iter(range(max_requests))
+    first_user = ctx.share.user_offset if ctx.share is not None else 0
 
     async def user(index: int) -> None:
         """Sends one request after another; in a multi-turn workload, each turn of a conversation in order,
@@ -220,10 +285,13 @@ async def _closed_loop(
             await ctx.start_gate.turn()
             spec = next(turns, None)
             if spec is None:
-                turns, history = iter(next(conversations)), ()
+                conversation = await requests.conversation()
+                if not conversation:
+                    return
+                turns, history = iter(conversation), ()
                 spec = next(turns)
             spec = replace(spec, history=(*spec.history, *history)) if history else spec
-            record = ctx.new_record(spec, user=index)
+            record = ctx.new_record(spec, user=first_user + index)
             record = await send_request(session, spec, ctx.options, record, ctx.clock,
                                         keep_text=ctx.keep_text or spec.turn is not None)
             answer = record.output_text or ""
@@ -235,10 +303,10 @@ async def _closed_loop(
             else:
                 turns = iter(())
 
-    await asyncio.gather(*(user(i) for i in range(ctx.level.num_users)))
+    await asyncio.gather(*(user(i) for i in range(ctx.num_users)))
 
 
-def _conversations(specs: Iterator[RequestSpec]) -> Iterator[list[RequestSpec]]:
+def conversations(specs: Iterator[RequestSpec]) -> Iterator[list[RequestSpec]]:
     """The turns of each conversation together; a request outside any conversation stands alone."""
     def conversation(spec: RequestSpec) -> object:
         return spec.request_id if spec.conversation_id is None else ("conversation", spec.conversation_id)
@@ -248,10 +316,9 @@ def _conversations(specs: Iterator[RequestSpec]) -> Iterator[list[RequestSpec]]:
 
 
 async def _open_loop(
-    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, requests: LevelRequests
 ) -> None:
-    level = ctx.level
-    cap = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
+    cap = asyncio.Semaphore(ctx.max_concurrency) if ctx.max_concurrency else None
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(spec: RequestSpec, scheduled_s: float) -> None:
@@ -264,15 +331,17 @@ async def _open_loop(
         async with cap:
             await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
 
+    count = 0
     try:
-        for count, (scheduled_s, known) in enumerate(_schedule(level, specs)):
+        async for scheduled_s, known in requests.arrivals():
             if bounds.max_requests is not None and count >= bounds.max_requests:
                 break
             if bounds.duration_s is not None and scheduled_s > bounds.duration_s:
                 break
+            count += 1
             # The task is started a little early and waits out the rest itself: at its time it sends at once.
             await _sleep(scheduled_s - ctx.clock() - TIMER_SLACK_S)
-            spec = known if known is not None else next(specs, None)
+            spec = known if known is not None else requests.take()
             if spec is None:
                 break
             task = asyncio.create_task(one(spec, scheduled_s))
@@ -304,7 +373,7 @@ async def _spin_until(ctx: LevelContext, due_s: float) -> None:
         ctx.waiting.end()
 
 
-def _schedule(level: Level, specs: Iterator[RequestSpec]) -> Iterator[tuple[float, RequestSpec | None]]:
+def schedule(level: Level, specs: Iterator[RequestSpec]) -> Iterator[tuple[float, RequestSpec | None]]:
     """(send time, its request): a trace's own timestamps, scaled, until the trace ends; else the seeded arrival
     process, with None for the request: it is taken from the stream only when it is sent (so a level's end
     leaves the stream where a resumed run expects it)."""
@@ -332,7 +401,8 @@ def _quiet_garbage_collector() -> Iterator[None]:
 
 
 def run_level_blocking(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec], warmup_specs: Iterator[RequestSpec]
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests,
+    warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     """Run one level on a fresh event loop: uvloop's where it is installed (less overhead per streamed
     chunk, so tokens are read sooner), else asyncio's."""

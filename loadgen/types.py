@@ -63,6 +63,7 @@ class RequestRecord:
     dispatch_s: float | None = None
     scheduled_s: float | None = None
     user: int | None = None
+    worker: int | None = None  # the client process that sent it, when a level is split across several
     conversation_id: int | None = None
     turn: int | None = None
     is_warmup: bool = False
@@ -130,6 +131,34 @@ class ClientCheck:
     # Open loop: the share of the wall time some request spent waiting out its last instant in passes of the
     # event loop (busy, but not behind); the CPU check leaves it out.
     waiting_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """One client process's part of a level split across several (`loadgen.pool`): its own check."""
+
+    worker: int
+    host: str
+    pid: int
+    users: int  # closed loop: its users; open loop: its slots of the cap on requests in flight (0: no cap)
+    num_records: int
+    client: ClientCheck
+    clock_offset_ms: float  # its clock minus the driver's, measured over the smallest round trip
+    clock_uncertainty_ms: float  # half that round trip: the offset is known to within this
+    start_s: float  # from asking for the worker to its being ready for the level
+    starved_s: float = 0.0  # time its users waited for requests the driver had not yet sent it
+    wall_s: float = 0.0  # its measured part
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> WorkerRun:
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "client": ClientCheck(**known["client"])})
+
+
+def worst_check(checks: list[ClientCheck]) -> ClientCheck:
+    """Several processes' checks as one figure each: the worst of theirs (the summary's judgement is still
+    made per process)."""
+    return ClientCheck(*(max(getattr(c, f.name) for c in checks) for f in fields(ClientCheck)))
 
 
 class SLO(BaseModel):
@@ -239,9 +268,11 @@ class LevelSummary:
     tcp_connect_ms: float | None = None  # probed before the level: the network apart from the server
     tls_handshake_ms: float | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)
-    client: ClientCheck | None = None
+    client: ClientCheck | None = None  # several client processes: each figure the worst of theirs
+    num_workers: int = 1  # client processes the level was split across
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a reader should know that does not invalidate it
     base_level: str = ""  # the level without its repeat (c8 for c8#2)
     repeat: int = 1
 

@@ -1,0 +1,128 @@
+"""Client workers as Ray actors (`--ray ADDRESS`): the same worker (`loadgen.worker.WorkerCore`), placed
+on the cluster's nodes, one CPU each, spread over the nodes.
+
+Every node needs the toolkit's dependencies (`pip install 'llm-selfhost-bench[ray]'`, the same Python as the
+driver); the `loadgen` and `common` packages themselves are sent from the driver with the job, so the
+workers run the driver's own code. The actors belong to the driver: each level's are killed when it ends
+(and Ray kills them if the driver dies), so nothing is left on the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from loadgen.worker import WorkerCore, WorkerInfo
+
+INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]'"
+
+
+def require_ray(address: str) -> None:
+    """A ValueError naming the flag when the address can't be meant or ray is not installed here."""
+    if not address.strip():
+        raise ValueError("--ray: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError(f"--ray {address}: the ray package is not installed in this environment; "
+                         f"{INSTALL_HINT}") from None
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+@contextmanager
+def connected(address: str) -> Iterator[None]:
+    """Connected to the cluster at `address` (auto, host:port, or ray://host:port) for the run."""
+    ray = _ray()
+    import common
+    import loadgen
+
+    modules = [str(Path(package.__file__).resolve().parent) for package in (loadgen, common)]
+    try:
+        ray.init(address=address, runtime_env={"py_modules": modules}, log_to_driver=False,
+                 logging_level="WARNING")
+    except ConnectionError as exc:
+        from loadgen.pool import WorkerFailed
+
+        raise WorkerFailed(f"--ray {address}: no Ray cluster answered there ({exc}); start one with "
+                           "`ray start --head`, or give its address") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+class _Actor:
+    """The actor's methods: each a call of the worker's own."""
+
+    def __init__(self) -> None:
+        self.core = WorkerCore()
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.core, method)(*args)
+
+
+class RayWorkers:
+    """`count` actors, started and waited for; calls by index, as `loadgen.pool.Workers` has them."""
+
+    def __init__(self, count: int) -> None:
+        from loadgen.pool import START_TIMEOUT_S
+
+        ray = _ray()
+        actor = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_Actor)
+        asked = time.perf_counter()
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)]
+        self.infos: list[WorkerInfo] = []
+        self.start_s: list[float] = []
+        try:
+            for index in range(count):
+                self.infos.append(self._get(index, self.actors[index].call.remote("info"), START_TIMEOUT_S))
+                self.start_s.append(time.perf_counter() - asked)
+        except BaseException:
+            self.close()
+            raise
+
+    def call_one(self, index: int, method: str, *args: Any) -> Any:
+        from loadgen.pool import CALL_TIMEOUT_S
+
+        return self._get(index, self.actors[index].call.remote(method, *args), CALL_TIMEOUT_S)
+
+    def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
+        from loadgen.pool import CALL_TIMEOUT_S
+
+        refs = [self.actors[index].call.remote(method, *arg) for index, arg in enumerate(args)]
+        return [self._get(index, ref, CALL_TIMEOUT_S) for index, ref in enumerate(refs)]
+
+    def _get(self, index: int, ref: Any, timeout_s: float) -> Any:
+        from loadgen.pool import WorkerFailed
+
+        ray = _ray()
+        where = f"pid {self.infos[index].pid} on {self.infos[index].host}" if index < len(self.infos) else "Ray actor"
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerFailed(f"client worker {index} ({where}) did not answer within {timeout_s:g} s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerFailed(f"client worker {index} ({where}) died mid-level: "
+                               f"{_first_line(str(exc))}") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise WorkerFailed(f"client worker {index} ({where}): {_first_line(str(exc.cause))}") from None
+
+    def close(self) -> None:
+        ray = _ray()
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - one already gone is what we want
+                pass
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no reason given"
