@@ -238,6 +238,7 @@ def _note(s: LevelSummary) -> str:
                      "lengthen --duration for a steady req/s")
     if s.num_short_outputs:
         notes.append(f"{s.num_short_outputs} short outputs")
+    notes.extend(s.notes)
     if s.ttft_ms_later_turns.p50 is not None:
         first, later = _fmt(s.ttft_ms_first_turn.p50), _fmt(s.ttft_ms_later_turns.p50)
         notes.append(f"TTFT p50 turn 1 {first} ms, later turns {later} ms")

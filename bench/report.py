@@ -181,6 +181,17 @@ def load_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Re
     return _unique_labels(runs), skipped
 
 
+def _client_notes(info: rundir.RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:
+    """Load from several client processes is said, with whatever a level's notes add (a loose clock)."""
+    workers, ray = info.client.get("workers") or 1, info.client.get("ray")
+    notes = []
+    if workers > 1 or ray:
+        where = f"Ray actors on the cluster at {ray}" if ray else "processes of the machine that ran the sweep"
+        notes.append(f"the load came from {workers} client worker(s), {where}; each level is judged by every "
+                     "worker's own check on itself")
+    return notes + [f"{s.level}: {note}" for s in summaries for note in s.notes]
+
+
 def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     info = rundir.read_run_info(run_dir)
     summaries = tuple(rundir.summarize_run(run_dir, slo))
@@ -201,6 +212,7 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
         notes.append(f"cut short before its end: {', '.join(cut_short)} (figures from the requests that finished)")
     if len(kinds) > 1:
         notes.append(f"the cost model uses the {kind} levels only; the others are shown in the tables")
+    notes.extend(_client_notes(info, summaries))
     dataset = info.dataset_info
     sent = sum(s.num_requests for s in summaries if s.kind != "trace")
     if dataset is not None and sent > dataset.num_requests:

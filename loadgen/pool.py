@@ -340,9 +340,23 @@ class LocalWorkers:
         return self._answer(index, CALL_TIMEOUT_S)
 
     def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
+        failures: dict[int, WorkerFailed] = {}
         for index, arg in enumerate(args):
-            self._send(index, method, arg)
-        return [self._answer(index, CALL_TIMEOUT_S) for index in range(len(args))]
+            try:
+                self._send(index, method, arg)
+            except WorkerFailed as exc:
+                failures[index] = exc
+        answers = []
+        for index in range(len(args)):  # every answer read, so each pipe stays in step for the next call
+            if index in failures:
+                continue
+            try:
+                answers.append(self._answer(index, CALL_TIMEOUT_S))
+            except WorkerFailed as exc:
+                failures[index] = exc
+        if failures:
+            raise failures[min(failures)]
+        return answers
 
     def _send(self, index: int, method: str, args: tuple[Any, ...]) -> None:
         process = self.processes[index]

@@ -78,6 +78,7 @@ def test_api_key_value_never_reaches_disk_or_output(scripted, tmp_path) -> None:
     (["--api-key-env", "SURELY_NOT_SET_ANYWHERE"], "SURELY_NOT_SET_ANYWHERE, but that environment variable is not set"),
     (["--engine", "warp-drive"], "unknown --engine 'warp-drive'; choose one of"),
     (["--scenario", "nope"], "--scenario nope: not a file, and not one of the shipped scenarios"),
+    (["--workers", "0"], "--workers 0: expected a whole number >= 1"),
 ])
 def test_bad_flags_get_one_line_naming_the_flag(scripted, tmp_path, extra: list[str], message: str) -> None:
     result = bench(*sweep_args(scripted, tmp_path, "--requests", "1", *extra))
