@@ -101,10 +101,10 @@ def summarize(name: str, users: int, outcomes: list[Outcome]) -> bool:
 
 
 @contextlib.contextmanager
-def modes(workers: int, ray: str | None) -> Iterator[list[tuple[str, ClientPool | None]]]:
-    listed: list[tuple[str, ClientPool | None]] = [("one process", None),
-                                                   (f"{workers} local workers", ClientPool(workers))]
-    if ray is None:
+def modes(workers: int, ray: str | None, chosen: set[str]) -> Iterator[list[tuple[str, ClientPool | None]]]:
+    listed: list[tuple[str, ClientPool | None]] = [("one process", None)] if "one" in chosen else []
+    listed += [(f"{workers} local workers", ClientPool(workers))] if "local" in chosen else []
+    if ray is None or "ray" not in chosen:
         yield listed
         return
     pool = ClientPool(workers, ray)
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--users", default="256,1000")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ray", default=None, help="a Ray cluster's address: adds the Ray mode")
+    parser.add_argument("--modes", default="one,local,ray", help="which of one, local, ray to run")
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--port", type=int, default=8023)
@@ -125,7 +126,7 @@ def main() -> None:
     print(f"TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {TOKENS} tokens, {args.duration:g} s levels, "
           f"median of {args.repeats}; errors against the programmed truth ('!' past the tolerance)")
     try:
-        with modes(args.workers, args.ray) as listed:
+        with modes(args.workers, args.ray, set(args.modes.split(","))) as listed:
             for users in (int(v) for v in args.users.split(",")):
                 for name, pool in listed:
                     outcomes = []

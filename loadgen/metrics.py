@@ -322,14 +322,21 @@ def _invalid_reasons(s: LevelSummary, workers: Sequence[WorkerRun] = ()) -> list
 
 
 def _worker_notes(workers: Sequence[WorkerRun]) -> list[str]:
-    """Times from several processes share one timeline only as well as their clocks were matched."""
+    """Times from several processes share one timeline only as well as their clocks were matched; a worker
+    at a low priority reads late wherever it shares its cores."""
+    notes = []
     uncertain = [w for w in workers if w.clock_uncertainty_ms > MAX_CLOCK_UNCERTAINTY_MS]
-    if not uncertain:
-        return []
-    worst = max(uncertain, key=lambda w: w.clock_uncertainty_ms)
-    return [f"the clocks of {len(uncertain)} client worker(s) are known only to within "
-            f"{worst.clock_uncertainty_ms:.1f} ms of the driver's (worker {worst.worker} on {worst.host}): the "
-            "steady window and throughput across workers carry that uncertainty; latencies of a request do not"]
+    if uncertain:
+        worst = max(uncertain, key=lambda w: w.clock_uncertainty_ms)
+        notes.append(f"the clocks of {len(uncertain)} client worker(s) are known only to within "
+                     f"{worst.clock_uncertainty_ms:.1f} ms of the driver's (worker {worst.worker} on {worst.host}): "
+                     "the steady window and throughput across workers carry that uncertainty; latencies of a "
+                     "request do not")
+    if niced := [w for w in workers if w.nice > 0]:
+        notes.append(f"{len(niced)} client worker(s) ran at nice {max(w.nice for w in niced)} (Ray starts its "
+                     "workers so unless the cluster was started with RAY_worker_niceness=0): where they share "
+                     "cores with other work they read tokens late")
+    return notes
 
 
 def _mean(values: np.ndarray) -> float:

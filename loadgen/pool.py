@@ -37,7 +37,7 @@ from loadgen.runner import LevelBounds, LevelContext, LevelRun, LevelShare, conv
 from loadgen.types import RequestSpec, WorkerRun, worst_check
 from loadgen.worker import Drained, FedItem, WorkerInfo, WorkerJob, read_frame, write_frame
 
-POLL_S = 0.025  # how often the driver drains records and feeds requests
+POLL_S = 0.05  # how often the driver feeds requests and drains records: one call to each worker
 START_MARGIN_S = 0.1  # from the driver's "go" to the instant the workers start measuring
 LOOKAHEAD_S = 2.0  # open loop: the schedule is dealt out this far ahead of the workers' clocks
 CLOCK_PINGS = 16
@@ -147,10 +147,12 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
                           list(itertools.islice(warmup_specs, share.num_warmup)), ctx.keep_text)
                 for i, share in enumerate(shares)]
         workers.call("start", [(job,) for job in jobs])
-        feeder.feed(workers, [0] * len(shares), 0.0)
         origin: float | None = None
+        taken = [0] * len(shares)
         while True:
-            drained = _drain(ctx, workers, level)
+            feeds = feeder.feeds(taken, 0.0 if origin is None else time.perf_counter() - origin)
+            drained = _exchange(ctx, workers, level, feeds)
+            taken = [d.taken for d in drained]
             states = {d.state for d in drained}
             if origin is None and states == {"ready"}:
                 origin = time.perf_counter() + START_MARGIN_S
@@ -158,22 +160,22 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
                 workers.call("go", [(origin + offset.offset_s,) for offset in offsets])
             if states == {"done"}:
                 break
-            feeder.feed(workers, [d.taken for d in drained], 0.0 if origin is None else time.perf_counter() - origin)
             time.sleep(POLL_S)
     except BaseException:
         _salvage(ctx, workers)
         raise
     finally:
         workers.close()
-    feeder.taken([d.taken for d in drained])
+    feeder.taken(taken)
     runs = [d.level_run for d in drained]
     assert all(runs), "every worker reported done"
     return SplitResult(_merged(level, started_at, measured_at, runs, drained, shares, offsets, workers),  # type: ignore[arg-type]
                        feeder.unsent())
 
 
-def _drain(ctx: LevelContext, workers: Workers, level: Level) -> list[Drained]:
-    drained: list[Drained] = workers.call("drain", [()] * len(workers.infos))
+def _exchange(ctx: LevelContext, workers: Workers, level: Level, feeds: list[tuple[Any, ...]]) -> list[Drained]:
+    """Each worker fed what it is owed and drained of its records, in one call."""
+    drained: list[Drained] = workers.call("exchange", feeds)
     for d in drained:
         for record in d.records:
             ctx.keep(record)
@@ -199,7 +201,7 @@ def _merged(level: Level, started_at: float, measured_at: float, runs: list[Leve
     parts = [WorkerRun(worker=i, host=workers.infos[i].host, pid=workers.infos[i].pid, users=shares[i].users,
                        num_records=run.num_records, client=run.client, clock_offset_ms=offsets[i].offset_s * 1000,
                        clock_uncertainty_ms=offsets[i].uncertainty_s * 1000, start_s=workers.start_s[i],
-                       starved_s=drained[i].starved_s, wall_s=run.wall_s)
+                       starved_s=drained[i].starved_s, wall_s=run.wall_s, nice=workers.infos[i].nice)
              for i, run in enumerate(runs)]
     return LevelRun(level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at,
                     wall_s=max(run.wall_s for run in runs), num_records=sum(run.num_records for run in runs),
@@ -248,18 +250,16 @@ class Feeder:
         self._conversations = conversations(self.specs)
         self._arrivals = schedule(self.level, self.specs)
 
-    def feed(self, workers: Workers, taken: list[int], clock_s: float) -> None:
+    def feeds(self, taken: list[int], clock_s: float) -> list[tuple[list[FedItem], bool, float | None]]:
+        """What to send each worker now, given how many items each has taken: (items, ended, horizon)."""
         self.taken(taken)
-        was_ended = self.ended
         if self.level.kind == "concurrency":
-            batches = [self._conversations_for(i, clock_s) for i in range(len(self.shares))]
-            horizon = None
+            batches, horizon = [self._conversations_for(i, clock_s) for i in range(len(self.shares))], None
         else:
             batches, horizon = self._deal(clock_s)
-        if any(batches) or self.ended != was_ended:
-            for index, batch in enumerate(batches):
-                self.outstanding[index].extend(batch)
-            workers.call("feed", [(batch, self.ended, horizon) for batch in batches])
+        for index, batch in enumerate(batches):
+            self.outstanding[index].extend(batch)
+        return [(batch, self.ended, horizon) for batch in batches]
 
     def taken(self, taken: list[int]) -> None:
         for index, count in enumerate(taken):

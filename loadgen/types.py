@@ -148,6 +148,7 @@ class WorkerRun:
     start_s: float  # from asking for the worker to its being ready for the level
     starved_s: float = 0.0  # time its users waited for requests the driver had not yet sent it
     wall_s: float = 0.0  # its measured part
+    nice: int = 0  # its scheduling priority (above 0: other work on its cores comes first)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> WorkerRun:

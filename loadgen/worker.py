@@ -67,6 +67,7 @@ class Drained:
 class WorkerInfo:
     host: str
     pid: int
+    nice: int = 0  # its scheduling priority: Ray starts its workers at 15 (RAY_worker_niceness)
 
 
 class FedRequests:
@@ -141,7 +142,7 @@ class WorkerCore:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def info(self) -> WorkerInfo:
-        return WorkerInfo(socket.gethostname(), os.getpid())
+        return WorkerInfo(socket.gethostname(), os.getpid(), os.nice(0))
 
     def clock(self) -> float:
         return time.perf_counter()
@@ -157,8 +158,11 @@ class WorkerCore:
         self.thread = threading.Thread(target=self._run, args=(job,), name=f"worker-{job.worker}", daemon=True)
         self.thread.start()
 
-    def feed(self, items: list[FedItem], ended: bool = False, horizon_s: float | None = None) -> None:
-        self._on_loop(self.fed.add, items, ended, horizon_s)
+    def exchange(self, items: list[FedItem], ended: bool = False, horizon_s: float | None = None) -> Drained:
+        """Take what the driver feeds, and hand over what was measured since the last call."""
+        if items or ended or horizon_s is not None:  # open loop: the horizon moves on even with nothing new
+            self._on_loop(self.fed.add, items, ended, horizon_s)
+        return self.drain()
 
     def go(self, origin: float) -> None:
         """Start measuring at `origin` on this worker's clock (perf_counter)."""

@@ -49,7 +49,8 @@ def cluster() -> Iterator[Cluster]:
         port = probe.getsockname()[1]
     # Ray refuses 127.0.0.1 as a node's address unless told it is a single-machine cluster; told so, every
     # one of its servers listens on loopback only.
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(REPO),
+           "RAY_worker_niceness": "0"}  # Ray's default of 15 puts the actors behind the server on these 2 cores
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
     subprocess.run([str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
                     "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
@@ -76,6 +77,7 @@ def test_a_ray_level_measures_the_programmed_truth_at_256_users(cluster, scripte
     workers = level["workers"]
     assert [w["users"] for w in workers] == [128, 128]
     assert all(abs(w["clock_offset_ms"]) <= w["clock_uncertainty_ms"] + 0.05 for w in workers)  # one machine
+    assert [w["nice"] for w in workers] == [0, 0] and summary["notes"] == []
     records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
     assert len({r.request_id for r in records}) == len(records) == level["num_records"]
     assert {r.worker for r in records} == {0, 1}

@@ -109,13 +109,14 @@ def test_a_poisson_schedule_is_dealt_across_workers_whole(scripted, tmp_path) ->
 
 def test_one_worker_falling_behind_invalidates_the_level_and_is_named(scripted, tmp_path) -> None:
     """The check is each worker's own: a worker whose loop lagged makes the level invalid even when the
-    worst-of figures might hide which one; a clock known only loosely is said in a note."""
+    worst-of figures might hide which one; a clock known only loosely, or a worker at a low priority, is
+    said in a note."""
     from dataclasses import replace
 
     s, records, result = split_level(scripted, tmp_path, Level("concurrency", 4), LevelBounds(max_requests=8), 2)
     assert s.is_valid and s.notes == []
     lagging = [replace(result.level_run.workers[0]),
-               replace(result.level_run.workers[1], clock_uncertainty_ms=2.5,
+               replace(result.level_run.workers[1], clock_uncertainty_ms=2.5, nice=15,
                        client=replace(result.level_run.workers[1].client, loop_lag_p99_ms=40.0))]
     columns = columns_of(records)
     assert columns is not None
@@ -123,7 +124,8 @@ def test_one_worker_falling_behind_invalidates_the_level_and_is_named(scripted, 
     assert not judged.is_valid
     assert judged.invalid_reasons == ["client worker 1's event loop lagged 40.0 ms at p99"]
     assert judged.client is not None and judged.client.loop_lag_p99_ms == 40.0
-    assert len(judged.notes) == 1 and "within 2.5 ms" in judged.notes[0]
+    assert len(judged.notes) == 2 and "within 2.5 ms" in judged.notes[0]
+    assert "1 client worker(s) ran at nice 15" in judged.notes[1] and "RAY_worker_niceness=0" in judged.notes[1]
 
 
 def test_sweep_with_workers_records_them_and_goes_on_with_the_stream(scripted, tmp_path) -> None:
@@ -166,6 +168,26 @@ def test_a_worker_killed_mid_level_fails_the_level_keeps_its_records_and_leaves_
     records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
     assert len(records) >= 16 and {r.worker for r in records} == {0, 1}  # both workers' records kept
     assert not (run_dir / "levels.jsonl").read_text().strip()  # the level did not finish: resume runs it again
+
+
+def test_a_sweep_with_workers_stopped_by_ctrl_c_keeps_its_records_and_stops_its_workers(scripted, tmp_path) -> None:
+    scripted.set_script(ttft_ms=10, itl_ms=10)
+    process = subprocess.Popen([*BENCH, *sweep_args(scripted, tmp_path, "--concurrency", "8", "--duration", "60",
+                                                    "--output-tokens", "10", "--workers", "2", "--no-report")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = _wait_for_children(process.pid, "loadgen.worker", count=2)
+        _wait_for_measured(tmp_path, at_least=16)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert not any(is_running(pid) for pid in workers)
+    run_dir = only_run_dir(tmp_path)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
+    assert len(records) >= 16 and all(r.ok for r in records) and {r.worker for r in records} == {0, 1}
 
 
 def _children(pid: int, marker: str) -> list[int]:
