@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 BatchingMode = Literal["none", "static", "continuous"]
 BATCHING_MODES: tuple[str, ...] = ("none", "static", "continuous")
+WEIGHT_FORMATS = ("auto", "bf16", "int8", "int4")  # how weights are kept: see core/quant.py
 
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_KV_CACHE_TOKENS = 16_384

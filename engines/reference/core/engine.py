@@ -110,15 +110,18 @@ class LLMEngine:
         kv_cache_tokens: int | None = None,
         kv_cache_memory_fraction: float | None = None,
         max_model_len: int | None = None,
+        weights: str = "auto",
         **config_fields: object,
     ) -> LLMEngine:
         """Load a model spec (see `resolve_model`) and size the KV cache.
 
         The cache holds `kv_cache_tokens`, or else a fraction of the free memory (0.85 on CUDA, 0.25
         elsewhere, capped as `default_kv_cache_tokens` says). max_model_len defaults to the model's
-        context length, lowered to what the cache holds. Other keyword arguments go to EngineConfig.
+        context length, lowered to what the cache holds. `weights`: how the weights are kept (`resolve_model`).
+        Other keyword arguments go to EngineConfig.
         """
-        loaded = model if isinstance(model, LoadedModel) else resolve_model(model, dtype=dtype, device=device)
+        loaded = model if isinstance(model, LoadedModel) else \
+            resolve_model(model, dtype=dtype, device=device, weights=weights)
         model_len = max_model_len or loaded.model.config.max_position_embeddings
         if kv_cache_tokens is None:
             is_cuda = loaded.model.device.type == "cuda"

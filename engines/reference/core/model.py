@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
+from engines.reference.core.quant import QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
 
@@ -122,12 +123,15 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
     return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
     """x (T, in) @ weight (out, in).T -> (T, out), contiguous.
 
-    On CPU in float32 this is computed as weight @ x.T, a GEMM that MKL runs about 1.5-2x faster than
-    F.linear's x @ weight.T at small T (decode), and a single row is sent as two because the two-column
-    GEMM beats the matrix-vector path (the weights are read once either way)."""
+    A quantized weight runs its own kernel (`core/quant.py`). On CPU in float32 this is computed as
+    weight @ x.T, a GEMM that MKL runs about 1.5-2x faster than F.linear's x @ weight.T at small T (decode),
+    and a single row is sent as two because the two-column GEMM beats the matrix-vector path (the weights
+    are read once either way)."""
+    if isinstance(weight, QuantizedWeight):
+        return weight.linear(x)
     if x.dtype != torch.float32 or x.device.type != "cpu":
         return F.linear(x, weight)
     if x.shape[0] == 1:
@@ -137,6 +141,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+
+PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 class DecoderLayer(nn.Module):
@@ -190,7 +197,23 @@ class LlamaModel(nn.Module):
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = _empty(config.vocab_size, config.hidden_size, dtype=dtype, device=device)
+        self.quantized_head: QuantizedWeight | None = None  # the LM head kept quantized (it shares the dense one)
         self.register_buffer("inv_freq", rope_inv_freq(config).to(device), persistent=False)
+
+    @torch.no_grad()
+    def quantize_weights(self, projections: str, head: str) -> None:
+        """Keep the layers' projections in format `projections` and the LM head in `head` (core/quant.py);
+        each dense weight stays, shared, for many-row products."""
+        for layer in self.layers:
+            for name in PROJECTIONS:
+                weight = getattr(layer, name)
+                quantized = quantize(weight.data, projections)
+                if isinstance(quantized, QuantizedWeight):
+                    delattr(layer, name)
+                    setattr(layer, name, quantized)
+        dense_head = self.embed_tokens if self.lm_head is None else self.lm_head
+        quantized = quantize(dense_head.data, head)
+        self.quantized_head = quantized if isinstance(quantized, QuantizedWeight) else None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -222,5 +245,6 @@ class LlamaModel(nn.Module):
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
             h = layer(h, rope, plan, k_cache, v_cache)
         h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
-        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        head = self.quantized_head if self.quantized_head is not None else \
+            self.embed_tokens if self.lm_head is None else self.lm_head
         return linear(h, head).float()  # (S, vocab)

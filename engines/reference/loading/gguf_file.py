@@ -150,3 +150,8 @@ def gguf_hf_tensors(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tu
         elif name.endswith("k_proj.weight"):
             weight = unpermute_rope_rows(weight, config.num_kv_heads)
         yield name, weight
+
+
+def gguf_weight_types(reader: gguf.GGUFReader) -> dict[str, str]:
+    """Hugging Face name -> the GGUF type it is stored in (Q4_1, Q8_0, F32, ...)."""
+    return {name: tensor.tensor_type.name for tensor in reader.tensors if (name := hf_name(tensor.name))}

@@ -20,8 +20,9 @@ from pathlib import Path
 import gguf
 import torch
 
-from engines.reference.core.model import LlamaModel, ModelConfig, RopeScaling
-from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, open_gguf
+from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig, RopeScaling
+from engines.reference.core.quant import WEIGHT_FORMATS, kernels_available
+from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, gguf_weight_types, open_gguf
 from engines.reference.loading.tokenizer import Tokenizer
 
 _LLAMA3_ROPE = RopeScaling(
@@ -85,6 +86,36 @@ class LoadedModel:
     model: LlamaModel
     tokenizer: Tokenizer | None  # None for dummy weights
     name: str  # for display: the file or directory name, or dummy:<preset>
+    weights: str = "bf16"  # how the weights are kept: bf16 (dense, in the model's dtype), int8, int4, or a mix
+
+
+# GGUF's quantized types -> int8 (floats stay dense). Not int4 for its 4-bit types, though its step is shorter:
+# the CPU int4 kernel takes its scales and zeros in bfloat16 only, which moves a Q4_1 block's grid by ~0.4 %,
+# enough to change SmolLM2's greedy answers; `--weights-dtype int4` chooses it anyway.
+_GGUF_FORMATS = dict.fromkeys(("Q4_0", "Q4_1", "Q4_K", "Q2_K", "Q3_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"), "int8")
+
+
+def weight_formats(requested: str, device: torch.device | str, gguf_types: dict[str, str] | None = None
+                   ) -> tuple[str, str]:
+    """(the projections' format, the LM head's) for `--weights-dtype` (auto: what the GGUF file holds, where a
+    kernel for it runs on this device; dense otherwise)."""
+    if requested not in WEIGHT_FORMATS:
+        raise ValueError(f"--weights-dtype {requested!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+    if requested != "auto":
+        if requested != "bf16" and not kernels_available(device):
+            raise ValueError(f"--weights-dtype {requested}: no weight-only {requested} kernel on "
+                             f"{torch.device(device).type}; use auto or bf16")
+        return requested, requested
+    if gguf_types is None or not kernels_available(device):
+        return "bf16", "bf16"
+    projections = [kind for name, kind in gguf_types.items() if any(f".{p}." in name for p in _HF_PROJECTIONS)]
+    common = max(set(projections), key=projections.count) if projections else "F32"
+    head = gguf_types.get("lm_head.weight", gguf_types.get("model.embed_tokens.weight", "F32"))
+    return _GGUF_FORMATS.get(common, "bf16"), _GGUF_FORMATS.get(head, "bf16")
+
+
+_HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+assert len(PROJECTIONS) == 4  # the fused parameters the seven Hugging Face projections land in
 
 
 def _targets(config: ModelConfig) -> dict[str, tuple[str, int, int]]:
@@ -263,25 +294,38 @@ def default_gguf_path() -> Path | None:
 
 
 def resolve_model(
-    name_or_path: str = "default", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0
+    name_or_path: str = "default", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    seed: int = 0, weights: str = "auto",
 ) -> LoadedModel:
-    """Accepts a .gguf path, a safetensors directory, `dummy:<preset>` or `default`."""
+    """Accepts a .gguf path, a safetensors directory, `dummy:<preset>` or `default`; `weights` is how to keep
+    the weights (`weight_formats`)."""
+    weight_formats(weights, device)  # a bad value is said before anything loads
     if name_or_path == "default":
         found = default_gguf_path()
         name_or_path = str(found) if found is not None else "dummy:tiny"
     if name_or_path.startswith("dummy:"):
         model = dummy_model(name_or_path.removeprefix("dummy:"), dtype=dtype, device=device, seed=seed)
-        return LoadedModel(model, None, name_or_path)
+        return _kept(LoadedModel(model, None, name_or_path), weight_formats(weights, device))
     path = Path(name_or_path)
     if path.is_file() and path.suffix == ".gguf":
         reader = open_gguf(path)
         model = load_gguf(path, dtype=dtype, device=device, reader=reader)
-        return LoadedModel(model, Tokenizer.from_gguf(reader), path.stem)
+        formats = weight_formats(weights, device, gguf_weight_types(reader))
+        return _kept(LoadedModel(model, Tokenizer.from_gguf(reader), path.stem), formats)
     if path.is_dir():
         model = load_safetensors_dir(path, dtype=dtype, device=device)
         tokenizer = Tokenizer.from_pretrained_dir(path) if (path / "tokenizer.json").is_file() else None
-        return LoadedModel(model, tokenizer, path.name)
+        return _kept(LoadedModel(model, tokenizer, path.name), weight_formats(weights, device))
     raise ValueError(
         f"model {name_or_path!r}: expected a .gguf file, a directory with config.json and "
         f"*.safetensors, 'dummy:<{'|'.join(DUMMY_PRESETS)}>' or 'default'"
     )
+
+
+def _kept(loaded: LoadedModel, formats: tuple[str, str]) -> LoadedModel:
+    """The model with its weights quantized as `formats` says (projections, head), and that said."""
+    projections, head = formats
+    if formats != ("bf16", "bf16"):
+        loaded.model.quantize_weights(projections, head)
+    described = projections if projections == head else f"{projections} layers, {head} head"
+    return LoadedModel(loaded.model, loaded.tokenizer, loaded.name, described)

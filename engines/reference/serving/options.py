@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from engines.reference.core.config import BATCHING_MODES, EngineConfig
+from engines.reference.core.config import BATCHING_MODES, WEIGHT_FORMATS, EngineConfig
 
 DESCRIPTION = "The reference engine: an OpenAI-compatible server (Llama-family models, paged KV cache)."
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -32,6 +32,7 @@ class ServerOptions:
     prefix_cache: bool = True
     device: str = "auto"
     dtype: str = "auto"
+    weights_dtype: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -58,6 +59,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "python -m engines.ref
                         help="reuse cached KV blocks of shared prefixes")
     parser.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", choices=["auto", *DTYPE_NAMES], default=defaults.dtype)
+    parser.add_argument("--weights-dtype", choices=WEIGHT_FORMATS, default=defaults.weights_dtype,
+                        help="how the layers' weights are kept: auto (a GGUF's quantized weights as int8, read by "
+                        "a weight-only kernel; floats dense), bf16 (dense, in --dtype), int8 or int4 (CPU only)")
     parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1 keeps it on this machine)")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")

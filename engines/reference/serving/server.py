@@ -56,6 +56,7 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_num_batched_tokens=options.max_num_batched_tokens,
         max_num_waiting=options.max_num_waiting,
         enable_prefix_caching=options.prefix_cache,
+        weights=options.weights_dtype,
     )
 
 

@@ -1,0 +1,134 @@
+"""Weights kept quantized: int8 (one scale per output row) and int4 (a scale and zero per 32 inputs), run
+by PyTorch's weight-only kernels (`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`).
+
+Decoding a few sequences reads every weight for little arithmetic, so a weight read in a quarter of the
+bytes is a step about that much shorter; those kernels are made for exactly that case (a few rows of
+activations, in bfloat16). With many rows (a prefill, a large batch) they lose to a dense matmul, so a
+quantized weight keeps a dense copy of itself beside it (its own values dequantized, so the model is the same
+whichever runs) and `QuantizedWeight.linear` picks by the number of rows: the quantized kernel up to
+`QUANTIZED_MAX_ROWS`, the dense copy above. The copy costs memory, not time: a step at one user reads only
+the quantized bytes.
+
+int4's grid is asymmetric: w = (q - 8) * scale + zero, q in 0..15, per group of 32 inputs: a GGUF Q4_1 block
+(32 values q * d + m, its minimum and maximum among them) lands on the same grid, bar the scale and zero
+rounded to bfloat16; Q4_0 and Q4_K nearly so. int8 is symmetric per output row.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.reference.core.config import WEIGHT_FORMATS
+
+__all__ = ["WEIGHT_FORMATS", "Int4Weight", "Int8Weight", "QuantizedWeight", "quantize"]
+
+QUANTIZED_MAX_ROWS = 4  # above this many rows the dense matmul is faster on CPU (measured: see the module doc)
+INT4_GROUP = 32
+INT4_INNER_K_TILES = 2
+
+
+class QuantizedWeight(nn.Module):
+    """A (out, in) weight, quantized, with a dense copy of the quantized values for many-row products."""
+
+    format: str
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.dense = nn.Parameter(weight, requires_grad=False)  # replaced by the dequantized values once built
+
+    def _keep_dequantized(self) -> None:
+        with torch.no_grad():
+            self.dense.copy_(self.dequantized().to(self.dense.dtype))
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.dense.shape
+
+    def quantized_bytes(self) -> int:
+        """What a few-row product reads."""
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > QUANTIZED_MAX_ROWS or x.device.type != "cpu":
+            return F.linear(x, self.dense)
+        return self.product(x.to(torch.bfloat16)).to(x.dtype)
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight as the quantized kernel sees it, in float32 (for checks)."""
+        raise NotImplementedError
+
+
+class Int8Weight(QuantizedWeight):
+    format = "int8"
+
+    def __init__(self, dense: torch.Tensor) -> None:
+        super().__init__(dense)
+        w = dense.float()
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        self.register_buffer("q", torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self._keep_dequantized()
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int8pack_mm(x, self.q, self.scales)
+
+    def dequantized(self) -> torch.Tensor:
+        return self.q.float() * self.scales.float()[:, None]
+
+
+class Int4Weight(QuantizedWeight):
+    format = "int4"
+
+    def __init__(self, dense: torch.Tensor) -> None:
+        super().__init__(dense)
+        out_features, in_features = dense.shape
+        groups = dense.float().reshape(out_features, in_features // INT4_GROUP, INT4_GROUP)
+        low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+        scales = ((high - low) / 15).clamp(min=1e-12).to(torch.bfloat16).float()
+        zeros = (low + 8 * scales).to(torch.bfloat16).float()  # w = (q - 8) * scale + zero
+        q = torch.round((groups - zeros[..., None]) / scales[..., None] + 8).clamp(0, 15).to(torch.int32)
+        self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(
+            q.reshape(out_features, in_features), INT4_INNER_K_TILES))
+        # (in / group, out, 2): the kernel's layout of scales and zeros
+        self.register_buffer("scales_zeros", torch.stack([scales.t(), zeros.t()], dim=-1).to(torch.bfloat16))
+        self._q = q.to(torch.uint8)  # unpacked, for `dequantized` (not a buffer: not what a step reads)
+        self._keep_dequantized()
+        del self._q
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
+
+    def dequantized(self) -> torch.Tensor:
+        if not hasattr(self, "_q"):  # once built, the dense copy holds exactly these values
+            return self.dense.float()
+        scales, zeros = self.scales_zeros.float().unbind(-1)  # (in / group, out) each
+        q = self._q.float().reshape(self.shape[0], -1, INT4_GROUP)
+        return ((q - 8) * scales.t()[..., None] + zeros.t()[..., None]).reshape(self.shape)
+
+
+def can_hold(weight_format: str, shape: torch.Size | tuple[int, ...]) -> bool:
+    """Whether a (out, in) weight fits the kernel's layout (int4: out a multiple of 16, in of 32 and 64)."""
+    out_features, in_features = shape
+    if weight_format == "int8":
+        return True
+    if weight_format == "int4":
+        return out_features % 16 == 0 and in_features % (INT4_GROUP * INT4_INNER_K_TILES) == 0
+    return False
+
+
+def quantize(weight: torch.Tensor, weight_format: str) -> torch.Tensor | QuantizedWeight:
+    """The weight in `weight_format` (bf16: as it is); a shape the kernel can't hold stays dense."""
+    if weight_format == "bf16" or not can_hold(weight_format, weight.shape):
+        return weight
+    return Int8Weight(weight.detach()) if weight_format == "int8" else Int4Weight(weight.detach())
+
+
+def kernels_available(device: torch.device | str) -> bool:
+    """The weight-only kernels run on CPU; on another device the weights stay dense."""
+    return torch.device(device).type == "cpu" and hasattr(torch, "_weight_int4pack_mm_for_cpu") \
+        and hasattr(torch, "_weight_int8pack_mm")
