@@ -7,6 +7,7 @@ step (the `LLMEngine` itself, no server around it) at batch 1 and 32 with 128 to
 medians of repeats and the ratio step time / weight-read time. Usage:
 
     python benchmarks/decode_step.py [--model default] [--dtypes float32,bfloat16] [--batches 1,32]
+        [--weights bf16,int8,int4]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 import torch
 
 from engines.reference.core.engine import LLMEngine
+from engines.reference.core.quant import QUANTIZED_MAX_ROWS, QuantizedWeight
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.weights import resolve_model
 
@@ -36,10 +38,13 @@ def read_bandwidth_gb_s(size_mib: int = 1024, repeats: int = 9) -> float:
     return data.numel() * 4 / statistics.median(times) / 1e9
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes read per decode step: every parameter once (a tied embedding is one tensor, read by the LM head)."""
-    seen = {id(p): p for p in model.parameters()}
-    return sum(p.numel() * p.element_size() for p in seen.values())
+def weight_bytes(model: torch.nn.Module, batch: int = 1) -> int:
+    """Bytes a decode step of `batch` sequences reads: every weight once (a tied embedding is one tensor, read
+    by the LM head); a quantized weight's quantized bytes where its kernel runs, else its dense copy."""
+    quantized = [m for m in model.modules() if isinstance(m, QuantizedWeight)] if batch <= QUANTIZED_MAX_ROWS else []
+    skipped = {m.dense.data_ptr() for m in quantized}
+    dense = {p.data_ptr(): p for p in model.parameters() if p.data_ptr() not in skipped}
+    return sum(p.numel() * p.element_size() for p in dense.values()) + sum(m.quantized_bytes() for m in quantized)
 
 
 def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
@@ -67,22 +72,24 @@ def main() -> None:
     parser.add_argument("--model", default="default")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--weights", default="bf16", help="how the weights are kept, comma-separated: bf16, int8, "
+                        "int4, auto (--weights-dtype)")
     args = parser.parse_args()
     bandwidth = read_bandwidth_gb_s()
     print(f"memory read bandwidth: {bandwidth:.1f} GB/s ({torch.get_num_threads()} threads, median of 9 sums "
           f"over 1 GiB)", flush=True)
     for dtype_name in args.dtypes.split(","):
-        dtype = getattr(torch, dtype_name)
-        loaded = resolve_model(args.model, dtype=dtype)
-        weights = weight_bytes(loaded.model)
-        read_ms = weights / (bandwidth * 1e9) * 1000
-        print(f"{loaded.name} in {dtype_name}: {weights / 1e6:.0f} MB of weights, read once in {read_ms:.1f} ms",
-              flush=True)
-        engine = LLMEngine.from_model(loaded, kv_cache_tokens=64 * 1024, max_num_seqs=64)
-        for batch in (int(b) for b in args.batches.split(",")):
-            step = decode_step_ms(engine, batch)
-            print(f"  batch {batch:3d}: decode step {step:6.1f} ms = {step / read_ms:4.2f} x the weight read, "
-                  f"{batch / step * 1000:7.1f} tokens/s", flush=True)
+        for kept in args.weights.split(","):
+            loaded = resolve_model(args.model, dtype=getattr(torch, dtype_name), weights=kept)
+            print(f"{loaded.name} in {dtype_name}, weights {loaded.weights}:", flush=True)
+            engine = LLMEngine.from_model(loaded, kv_cache_tokens=64 * 1024, max_num_seqs=64)
+            for batch in (int(b) for b in args.batches.split(",")):
+                weights = weight_bytes(loaded.model, batch)
+                read_ms = weights / (bandwidth * 1e9) * 1000
+                step = decode_step_ms(engine, batch)
+                print(f"  batch {batch:3d}: decode step {step:6.1f} ms = {step / read_ms:4.2f} x the read of the "
+                      f"{weights / 1e6:.0f} MB of weights it uses ({read_ms:.1f} ms), {batch / step * 1000:7.1f} "
+                      "tokens/s", flush=True)
 
 
 if __name__ == "__main__":
