@@ -35,18 +35,22 @@ from common.processes import terminate
 from loadgen.arrivals import Level
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, LevelShare, conversations, schedule
 from loadgen.types import RequestSpec, WorkerRun, worst_check
-from loadgen.worker import Drained, FedItem, WorkerInfo, WorkerJob, read_frame, write_frame
+from loadgen.worker import (
+    CALL_TIMEOUT_S,
+    START_TIMEOUT_S,
+    Drained,
+    FedItem,
+    WorkerFailed,
+    WorkerInfo,
+    WorkerJob,
+    read_frame,
+    write_frame,
+)
 
 POLL_S = 0.05  # how often the driver feeds requests and drains records: one call to each worker
 START_MARGIN_S = 0.1  # from the driver's "go" to the instant the workers start measuring
 LOOKAHEAD_S = 2.0  # open loop: the schedule is dealt out this far ahead of the workers' clocks
 CLOCK_PINGS = 16
-CALL_TIMEOUT_S = 30.0
-START_TIMEOUT_S = 120.0  # a Ray actor may wait for its node to start a worker process
-
-
-class WorkerFailed(RuntimeError):
-    """A client worker died or failed mid-level; the message names it and why."""
 
 
 class Workers(Protocol):
@@ -148,6 +152,7 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
                 for i, share in enumerate(shares)]
         workers.call("start", [(job,) for job in jobs])
         origin: float | None = None
+        measured_at = 0.0
         taken = [0] * len(shares)
         while True:
             feeds = feeder.feeds(taken, 0.0 if origin is None else time.perf_counter() - origin)
@@ -170,7 +175,7 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
     runs = [d.level_run for d in drained]
     assert all(runs), "every worker reported done"
     return SplitResult(_merged(level, started_at, measured_at, runs, drained, shares, offsets, workers),  # type: ignore[arg-type]
-                       feeder.unsent())
+                       feeder.unsent())  # every worker reported done, after the "go": measured_at is set
 
 
 def _exchange(ctx: LevelContext, workers: Workers, level: Level, feeds: list[tuple[Any, ...]]) -> list[Drained]:
@@ -186,13 +191,14 @@ def _exchange(ctx: LevelContext, workers: Workers, level: Level, feeds: list[tup
 
 
 def _salvage(ctx: LevelContext, workers: Workers) -> None:
-    """A level that ends early: each worker still answering is stopped and drained, so what it measured is kept."""
+    """A level that ends early: each worker still answering is stopped and drained, so what it measured is kept.
+    Whatever goes wrong here gives way to what ended the level."""
     for index in range(len(workers.infos)):
         try:
             workers.call_one(index, "stop")
             for record in workers.call_one(index, "drain").records:
                 ctx.keep(record)
-        except WorkerFailed:
+        except Exception:  # noqa: BLE001 - a worker that can't be drained is stopped by close()
             continue
 
 
@@ -322,6 +328,7 @@ class LocalWorkers:
         self.log: IO[bytes] | int = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
         self.processes: list[subprocess.Popen[bytes]] = []
         self.infos, self.start_s = [], []
+        self.out_of_step: set[int] = set()
         try:
             asked = time.perf_counter()
             for _ in range(count):
@@ -338,6 +345,11 @@ class LocalWorkers:
     def call_one(self, index: int, method: str, *args: Any) -> Any:
         self._send(index, method, args)
         return self._answer(index, CALL_TIMEOUT_S)
+
+    def _in_step(self, index: int) -> None:
+        """A pipe whose last answer went unread (a timeout, an interrupt mid-frame) is never used again."""
+        if index in self.out_of_step:
+            raise WorkerFailed(f"client worker {index} (pid {self.processes[index].pid}): its pipe is out of step")
 
     def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
         failures: dict[int, WorkerFailed] = {}
@@ -359,23 +371,32 @@ class LocalWorkers:
         return answers
 
     def _send(self, index: int, method: str, args: tuple[Any, ...]) -> None:
+        self._in_step(index)
         process = self.processes[index]
         try:
             assert process.stdin is not None
             write_frame(process.stdin, (method, args))
         except (BrokenPipeError, OSError):
+            self.out_of_step.add(index)
             raise WorkerFailed(self._gone(index)) from None
+        except BaseException:
+            self.out_of_step.add(index)
+            raise
 
     def _answer(self, index: int, timeout_s: float) -> Any:
         process = self.processes[index]
         assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], timeout_s)
-        if not ready:
-            raise WorkerFailed(f"client worker {index} (pid {process.pid}) did not answer within {timeout_s:g} s")
         try:
+            ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+            if not ready:
+                raise WorkerFailed(f"client worker {index} (pid {process.pid}) did not answer within {timeout_s:g} s")
             status, value = read_frame(process.stdout)
         except EOFError:
+            self.out_of_step.add(index)
             raise WorkerFailed(self._gone(index)) from None
+        except BaseException:
+            self.out_of_step.add(index)
+            raise
         if status != "ok":
             raise WorkerFailed(f"client worker {index} (pid {process.pid}): {value}")
         return value

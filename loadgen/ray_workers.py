@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loadgen.worker import WorkerCore, WorkerInfo
+from loadgen.worker import CALL_TIMEOUT_S, START_TIMEOUT_S, WorkerCore, WorkerFailed, WorkerInfo
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]'"
 
@@ -48,11 +48,10 @@ def connected(address: str) -> Iterator[None]:
     try:
         ray.init(address=address, runtime_env={"py_modules": modules}, log_to_driver=False,
                  logging_level="WARNING")
-    except ConnectionError as exc:
-        from loadgen.pool import WorkerFailed
-
-        raise WorkerFailed(f"--ray {address}: no Ray cluster answered there ({exc}); start one with "
-                           "`ray start --head`, or give its address") from None
+    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
+        raise WorkerFailed(f"--ray {address}: could not join the Ray cluster there ({type(exc).__name__}: "
+                           f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") \
+            from None
     try:
         yield
     finally:
@@ -73,15 +72,15 @@ class RayWorkers:
     """`count` actors, started and waited for; calls by index, as `loadgen.pool.Workers` has them."""
 
     def __init__(self, count: int) -> None:
-        from loadgen.pool import START_TIMEOUT_S
-
         ray = _ray()
         actor = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_Actor)
         asked = time.perf_counter()
-        self.actors = [actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)]
+        self.actors: list[Any] = []
         self.infos: list[WorkerInfo] = []
         self.start_s: list[float] = []
         try:
+            for _ in range(count):
+                self.actors.append(actor.options(scheduling_strategy="SPREAD").remote())
             for index in range(count):
                 self.infos.append(self._get(index, self.actors[index].call.remote("info"), START_TIMEOUT_S))
                 self.start_s.append(time.perf_counter() - asked)
@@ -90,19 +89,13 @@ class RayWorkers:
             raise
 
     def call_one(self, index: int, method: str, *args: Any) -> Any:
-        from loadgen.pool import CALL_TIMEOUT_S
-
         return self._get(index, self.actors[index].call.remote(method, *args), CALL_TIMEOUT_S)
 
     def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
-        from loadgen.pool import CALL_TIMEOUT_S
-
         refs = [self.actors[index].call.remote(method, *arg) for index, arg in enumerate(args)]
         return [self._get(index, ref, CALL_TIMEOUT_S) for index, ref in enumerate(refs)]
 
     def _get(self, index: int, ref: Any, timeout_s: float) -> Any:
-        from loadgen.pool import WorkerFailed
-
         ray = _ray()
         where = f"pid {self.infos[index].pid} on {self.infos[index].host}" if index < len(self.infos) else "Ray actor"
         try:

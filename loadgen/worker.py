@@ -33,9 +33,15 @@ from loadgen.runner import LevelBounds, LevelContext, LevelRun, LevelShare, run_
 from loadgen.types import RequestRecord, RequestSpec
 
 SPIN_BEFORE_START_S = 0.002  # the last moments before the start are waited in passes of the loop, not a timer
+CALL_TIMEOUT_S = 30.0  # the driver's wait for one answer
+START_TIMEOUT_S = 120.0  # for a worker to start (a Ray actor may wait for its node to start a process)
 State = Literal["idle", "warming", "ready", "measuring", "done", "failed"]
 # What the driver feeds: closed loop a conversation (a list of turns), open loop (send time, request).
 FedItem = list[RequestSpec] | tuple[float, RequestSpec]
+
+
+class WorkerFailed(RuntimeError):
+    """A client worker died or failed mid-level; the message names it and why."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ class FedRequests:
         self.starved_s = 0.0
         self.origin: float | None = None  # the measured part's start, once known
         self._wake = asyncio.Event()
+        self._num_waiting = 0  # users waiting now: starved time is counted once, however many wait
+        self._waiting_since = 0.0
+        self._horizon_then: float | None = None  # the horizon when the first of them began to wait
 
     def add(self, items: list[FedItem], ended: bool, horizon_s: float | None) -> None:
         self.items.extend(items)
@@ -96,16 +105,23 @@ class FedRequests:
             if self.ended:
                 return None
             self._wake.clear()
-            waited_from = time.perf_counter()
-            await self._wake.wait()
-            self.starved_s += self._starved_part(waited_from, time.perf_counter())
+            if self._num_waiting == 0:
+                self._waiting_since, self._horizon_then = time.perf_counter(), self.horizon_s
+            self._num_waiting += 1
+            try:
+                await self._wake.wait()
+            finally:
+                self._num_waiting -= 1
+                if self._num_waiting == 0:
+                    self.starved_s += self._starved_part(self._waiting_since, time.perf_counter())
         self.taken += 1
         return self.items.popleft()
 
     def _starved_part(self, start: float, end: float) -> float:
+        """Of a wait, the part after measuring began (open loop: after the schedule dealt when it began)."""
         if self.origin is None:
             return 0.0
-        since = self.origin if self.horizon_s is None else self.origin + self.horizon_s
+        since = self.origin if self._horizon_then is None else self.origin + self._horizon_then
         return max(0.0, end - max(start, since))
 
     async def conversation(self) -> list[RequestSpec] | None:
@@ -177,9 +193,11 @@ class WorkerCore:
             records, self.collected.records = self.collected.records, []
             return Drained(records, self.fed.taken, self.state, self.level_run, self.error, self.fed.starved_s)
 
-    def stop(self) -> None:
-        """Cancel the level (its records so far stay to be drained)."""
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Cancel the level and wait for it to end (its records so far stay to be drained)."""
         self._on_loop(lambda: [task.cancel() for task in asyncio.all_tasks(self.loop)])
+        if self.state != "idle":
+            self.thread.join(timeout_s)
 
     def _on_loop(self, callback: Any, *args: Any) -> None:
         """Run `callback` on the level's loop; once the level has ended there is nothing left to tell it."""

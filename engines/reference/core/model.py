@@ -211,8 +211,9 @@ class LlamaModel(nn.Module):
                 if isinstance(quantized, QuantizedWeight):
                     delattr(layer, name)
                     setattr(layer, name, quantized)
-        dense_head = self.embed_tokens if self.lm_head is None else self.lm_head
-        quantized = quantize(dense_head.data, head)
+        # A tied head is quantized from a copy: the embedding lookup keeps the file's values.
+        dense_head = self.embed_tokens.data.clone() if self.lm_head is None else self.lm_head.data
+        quantized = quantize(dense_head, head)
         self.quantized_head = quantized if isinstance(quantized, QuantizedWeight) else None
 
     @property

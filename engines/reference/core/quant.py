@@ -4,8 +4,9 @@ by PyTorch's weight-only kernels (`_weight_int8pack_mm`, `_weight_int4pack_mm_fo
 Decoding a few sequences reads every weight for little arithmetic, so a weight read in a quarter of the
 bytes is a step about that much shorter; those kernels are made for exactly that case (a few rows of
 activations, in bfloat16). With many rows (a prefill, a large batch) they lose to a dense matmul, so a
-quantized weight keeps a dense copy of itself beside it (its own values dequantized, so the model is the same
-whichever runs) and `QuantizedWeight.linear` picks by the number of rows: the quantized kernel up to
+quantized weight keeps a dense copy of itself beside it (its own values dequantized, so both read the same
+weights; the kernel rounds the activations to bfloat16, so a float32 model's logits still differ slightly with
+the number of rows) and `QuantizedWeight.linear` picks by the number of rows: the quantized kernel up to
 `QUANTIZED_MAX_ROWS`, the dense copy above. The copy costs memory, not time: a step at one user reads only
 the quantized bytes.
 

@@ -4,6 +4,8 @@ a tolerance stated per format."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,7 @@ from engines.reference.core.model import PROJECTIONS, LlamaModel
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.core.quant import QUANTIZED_MAX_ROWS, Int4Weight, Int8Weight, QuantizedWeight
 from engines.reference.loading.weights import (
+    DUMMY_PRESETS,
     LoadedModel,
     default_gguf_path,
     dummy_model,
@@ -71,8 +74,11 @@ def test_a_dummy_model_quantized_at_load_keeps_every_projection_and_the_tied_hea
     model.quantize_weights("int8", "int8")
     assert all(isinstance(getattr(layer, name), Int8Weight) for layer in model.layers for name in PROJECTIONS)
     assert isinstance(model.quantized_head, Int8Weight)
-    dense_head = model.lm_head if model.lm_head is not None else model.embed_tokens
-    assert model.quantized_head.dense.data_ptr() == dense_head.data_ptr()  # shared, not a second copy
+    assert model.lm_head is not None and model.quantized_head.dense.data_ptr() == model.lm_head.data_ptr()
+    tied = dummy_model(replace(DUMMY_PRESETS["tiny"], tie_word_embeddings=True), dtype=torch.bfloat16)
+    embedding = tied.embed_tokens.detach().clone()
+    tied.quantize_weights("int4", "int4")
+    assert torch.equal(tied.embed_tokens, embedding)  # a tied head is quantized from a copy: lookups keep theirs
 
 
 @pytest.fixture(scope="module")
