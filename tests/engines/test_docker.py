@@ -36,6 +36,13 @@ def scripted_spec(**changes) -> ContainerSpec:
 
 
 def our_containers(client: docker.DockerClient) -> list:
+    """Our containers. Listing inspects each one, so a container removed in between fails the listing (podman
+    answers 500, "no such container"): it is gone, and the list is asked for again."""
+    for _ in range(10):
+        try:
+            return client.containers.list(all=True, filters={"label": "llm-selfhost-bench"})
+        except docker.errors.APIError:
+            time.sleep(0.1)
     return client.containers.list(all=True, filters={"label": "llm-selfhost-bench"})
 
 
