@@ -47,6 +47,7 @@ from loadgen.worker import (
     write_frame,
 )
 
+WORKER_MAIN = "from loadgen.worker import main; main()"  # a local worker process (loadgen.worker)
 POLL_S = 0.05  # how often the driver feeds requests and drains records: one call to each worker
 START_MARGIN_S = 0.1  # from the driver's "go" to the instant the workers start measuring
 LOOKAHEAD_S = 2.0  # open loop: the schedule is dealt out this far ahead of the workers' clocks
@@ -319,7 +320,7 @@ class Feeder:
 
 
 class LocalWorkers:
-    """Workers as processes of this machine (`python -m loadgen.worker`), each on a pipe of its own."""
+    """Workers as processes of this machine (`loadgen.worker.main`), each on a pipe of its own."""
 
     def __init__(self, count: int, log_path: Path | None = None) -> None:
         package_root = str(Path(__file__).resolve().parent.parent)
@@ -333,7 +334,7 @@ class LocalWorkers:
             asked = time.perf_counter()
             for _ in range(count):
                 self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "loadgen.worker", str(os.getpid())], stdin=subprocess.PIPE,
+                    [sys.executable, "-c", WORKER_MAIN, str(os.getpid())], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=self.log, env=env, bufsize=0))
             for index in range(count):
                 self.infos.append(self._answer(index, START_TIMEOUT_S))

@@ -6,7 +6,8 @@ own clock) and drains its records every few tens of milliseconds. The worker run
 (`loadgen.runner`) on its share, in a thread with an event loop of its own, so the driver's calls (over a
 pipe here, Ray's on a cluster) never wait on the level, nor the level on them.
 
-`python -m loadgen.worker` is a worker as a local process: length-prefixed pickles on stdin and stdout,
+`main` is a worker as a local process (started as `python -c "from loadgen.worker import main; main()"`,
+so the module keeps its own name and its pickles say so): length-prefixed pickles on stdin and stdout,
 one answer to each call, and a parent-death signal so it never outlives the driver.
 """
 
@@ -293,9 +294,3 @@ def main() -> None:
     calls, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the answers
     serve(calls, answers)
-
-
-if __name__ == "__main__":
-    from loadgen.worker import main as worker_main  # this module under its own name, so its pickles say so
-
-    worker_main()

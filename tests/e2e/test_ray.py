@@ -20,6 +20,7 @@ import pytest
 
 from loadgen.recorder import read_records
 from tests.bench.test_cli import only_run_dir, sweep_args
+from tests.e2e.test_workers import wait_for_measured
 from tests.servers import ScriptedServer, is_running
 
 pytestmark = pytest.mark.ray
@@ -94,7 +95,7 @@ def test_a_ray_worker_killed_mid_level_fails_the_level_and_leaves_no_actor(clust
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
     try:
         actors = _wait_for_actors(count=2)
-        _wait_for_measured(tmp_path, at_least=16)
+        wait_for_measured(tmp_path, at_least=16)
         os.kill(actors[1], signal.SIGKILL)
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -128,16 +129,6 @@ def _wait_for_actors(count: int, timeout_s: float = 120) -> list[int]:
             return pids
         time.sleep(0.1)
     raise AssertionError(f"{count} Ray actors did not start")
-
-
-def _wait_for_measured(out: Path, at_least: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for path in out.glob("*/requests.jsonl"):
-            if sum('"is_warmup":false' in line for line in path.read_text().splitlines()) >= at_least:
-                return
-        time.sleep(0.05)
-    raise AssertionError("no measured records in time")
 
 
 def _wait_until_gone(pids: list[int], timeout_s: float = 30) -> None:

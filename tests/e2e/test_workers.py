@@ -148,13 +148,8 @@ def test_sweep_with_workers_records_them_and_goes_on_with_the_stream(scripted, t
 
 
 def test_a_worker_killed_mid_level_fails_the_level_keeps_its_records_and_leaves_nothing(scripted, tmp_path) -> None:
-    scripted.set_script(ttft_ms=10, itl_ms=10)
-    process = subprocess.Popen([*BENCH, *sweep_args(scripted, tmp_path, "--concurrency", "8", "--duration", "60",
-                                                    "--output-tokens", "10", "--workers", "2", "--no-report")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process, workers = _sweep_measuring_with_two_workers(scripted, tmp_path)
     try:
-        workers = _wait_for_children(process.pid, "loadgen.worker", count=2)
-        _wait_for_measured(tmp_path, at_least=16)
         os.kill(workers[1], signal.SIGKILL)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -172,13 +167,8 @@ def test_a_worker_killed_mid_level_fails_the_level_keeps_its_records_and_leaves_
 
 
 def test_a_sweep_with_workers_stopped_by_ctrl_c_keeps_its_records_and_stops_its_workers(scripted, tmp_path) -> None:
-    scripted.set_script(ttft_ms=10, itl_ms=10)
-    process = subprocess.Popen([*BENCH, *sweep_args(scripted, tmp_path, "--concurrency", "8", "--duration", "60",
-                                                    "--output-tokens", "10", "--workers", "2", "--no-report")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process, workers = _sweep_measuring_with_two_workers(scripted, tmp_path)
     try:
-        workers = _wait_for_children(process.pid, "loadgen.worker", count=2)
-        _wait_for_measured(tmp_path, at_least=16)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -189,6 +179,21 @@ def test_a_sweep_with_workers_stopped_by_ctrl_c_keeps_its_records_and_stops_its_
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
     assert len(records) >= 16 and all(r.ok for r in records) and {r.worker for r in records} == {0, 1}
+
+
+def _sweep_measuring_with_two_workers(scripted: ScriptedServer, out: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """A 60 s sweep across two workers, once it has measured 16 requests; and the workers' pids."""
+    scripted.set_script(ttft_ms=10, itl_ms=10)
+    process = subprocess.Popen([*BENCH, *sweep_args(scripted, out, "--concurrency", "8", "--duration", "60",
+                                                    "--output-tokens", "10", "--workers", "2", "--no-report")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = _wait_for_children(process.pid, "loadgen.worker", count=2)
+        wait_for_measured(out, at_least=16)
+    except BaseException:
+        process.kill()
+        raise
+    return process, workers
 
 
 def _children(pid: int, marker: str) -> list[int]:
@@ -215,7 +220,8 @@ def _wait_for_children(pid: int, marker: str, count: int, timeout_s: float = 30)
     raise AssertionError(f"{count} {marker} processes did not start")
 
 
-def _wait_for_measured(out: Path, at_least: int, timeout_s: float = 30) -> None:
+def wait_for_measured(out: Path, at_least: int, timeout_s: float = 60) -> None:
+    """Until a run under `out` has at least `at_least` measured records."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for path in out.glob("*/requests.jsonl"):

@@ -20,7 +20,7 @@ from pathlib import Path
 import gguf
 import torch
 
-from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig, RopeScaling
+from engines.reference.core.model import LlamaModel, ModelConfig, RopeScaling
 from engines.reference.core.quant import WEIGHT_FORMATS, kernels_available
 from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, gguf_weight_types, open_gguf
 from engines.reference.loading.tokenizer import Tokenizer
@@ -115,7 +115,6 @@ def weight_formats(requested: str, device: torch.device | str, gguf_types: dict[
 
 
 _HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-assert len(PROJECTIONS) == 4  # the fused parameters the seven Hugging Face projections land in
 
 
 def _targets(config: ModelConfig) -> dict[str, tuple[str, int, int]]:
