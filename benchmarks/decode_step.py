@@ -3,11 +3,12 @@
 Decoding one token reads every weight once, so at batch 1 a step can be no faster than weight bytes /
 memory bandwidth. This measures the machine's read bandwidth (summing a tensor far larger than the
 caches, with all the threads torch uses), the model's weight bytes in each dtype, and the engine's decode
-step (the `LLMEngine` itself, no server around it) at batch 1 and 32 with 128 tokens of context. Prints
-medians of repeats and the ratio step time / weight-read time. Usage:
+step (the `LLMEngine` itself, no server around it) at batch 1 and 32 with 128 tokens of context. The
+settings take turns, round after round (this machine's speed drifts by tens of percent within minutes); it
+prints the median of the rounds and the ratio step time / weight-read time. Usage:
 
     python benchmarks/decode_step.py [--model default] [--dtypes float32,bfloat16] [--batches 1,32]
-        [--weights bf16,int8,int4]
+        [--weights bf16,int8,int4,auto,bf16:plain] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import time
 
 import torch
 
+from engines.reference.core.dense import PackedWeight
 from engines.reference.core.engine import LLMEngine
+from engines.reference.core.model import PROJECTIONS, LlamaModel
 from engines.reference.core.quant import QUANTIZED_MAX_ROWS, QuantizedWeight
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.weights import resolve_model
@@ -38,13 +41,21 @@ def read_bandwidth_gb_s(size_mib: int = 1024, repeats: int = 9) -> float:
     return data.numel() * 4 / statistics.median(times) / 1e9
 
 
-def weight_bytes(model: torch.nn.Module, batch: int = 1) -> int:
-    """Bytes a decode step of `batch` sequences reads: every weight once (a tied embedding is one tensor, read
-    by the LM head); a quantized weight's quantized bytes where its kernel runs, else its dense copy."""
-    quantized = [m for m in model.modules() if isinstance(m, QuantizedWeight)] if batch <= QUANTIZED_MAX_ROWS else []
-    skipped = {m.dense.data_ptr() for m in quantized}
-    dense = {p.data_ptr(): p for p in model.parameters() if p.data_ptr() not in skipped}
-    return sum(p.numel() * p.element_size() for p in dense.values()) + sum(m.quantized_bytes() for m in quantized)
+def weight_bytes(model: LlamaModel, batch: int = 1) -> int:
+    """Bytes a decode step of `batch` sequences reads: each projection and the LM head once (the quantized
+    bytes where the quantized kernel runs, else the dense copy) and the norms; the embedding table only
+    where it is the head (a lookup reads one row)."""
+    def read(weight: torch.Tensor | PackedWeight | QuantizedWeight) -> int:
+        if isinstance(weight, QuantizedWeight):
+            return weight.quantized_bytes() if batch <= QUANTIZED_MAX_ROWS else read(weight.dense)
+        if isinstance(weight, PackedWeight):
+            weight = weight.packed
+        return weight.numel() * weight.element_size()
+
+    layers = sum(read(getattr(layer, name)) for layer in model.layers for name in PROJECTIONS)
+    norms = sum(read(layer.input_norm) + read(layer.post_norm) for layer in model.layers) + read(model.norm)
+    head = model.head if model.head is not None else model.embed_tokens if model.lm_head is None else model.lm_head
+    return layers + norms + read(head)
 
 
 def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
@@ -67,29 +78,65 @@ def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
     return statistics.median(times[2:]) * 1000
 
 
+def unpacked(model: LlamaModel) -> LlamaModel:
+    """The model with its dense weights back in the plain layout (F.linear's), to set against the packed."""
+    def plain(weight: torch.Tensor | PackedWeight) -> torch.Tensor:
+        return torch.nn.Parameter(weight.values(), requires_grad=False) if isinstance(weight, PackedWeight) else weight
+
+    for layer in model.layers:
+        for name in PROJECTIONS:
+            weight = getattr(layer, name)
+            if isinstance(weight, QuantizedWeight):
+                weight.dense = plain(weight.dense)
+            elif isinstance(weight, PackedWeight):
+                delattr(layer, name)
+                setattr(layer, name, plain(weight))
+    if isinstance(model.head, QuantizedWeight):
+        model.head.dense = plain(model.head.dense)
+    elif isinstance(model.head, PackedWeight):
+        if not model.config.tie_word_embeddings:
+            model.lm_head = plain(model.head)
+        model.head = None
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--weights", default="bf16", help="how the weights are kept, comma-separated: bf16, int8, "
-                        "int4, auto (--weights-dtype)")
+                        "int4, auto (--weights-dtype); with ':plain', dense weights in F.linear's layout, not packed")
+    parser.add_argument("--rounds", type=int, default=3, help="each setting measured this many times, the settings "
+                        "taking turns (this machine's speed drifts); the median is printed")
     args = parser.parse_args()
-    bandwidth = read_bandwidth_gb_s()
-    print(f"memory read bandwidth: {bandwidth:.1f} GB/s ({torch.get_num_threads()} threads, median of 9 sums "
-          f"over 1 GiB)", flush=True)
+    settings = []
     for dtype_name in args.dtypes.split(","):
         for kept in args.weights.split(","):
-            loaded = resolve_model(args.model, dtype=getattr(torch, dtype_name), weights=kept)
-            print(f"{loaded.name} in {dtype_name}, weights {loaded.weights}:", flush=True)
-            engine = LLMEngine.from_model(loaded, kv_cache_tokens=64 * 1024, max_num_seqs=64)
-            for batch in (int(b) for b in args.batches.split(",")):
-                weights = weight_bytes(loaded.model, batch)
-                read_ms = weights / (bandwidth * 1e9) * 1000
-                step = decode_step_ms(engine, batch)
-                print(f"  batch {batch:3d}: decode step {step:6.1f} ms = {step / read_ms:4.2f} x the read of the "
-                      f"{weights / 1e6:.0f} MB of weights it uses ({read_ms:.1f} ms), {batch / step * 1000:7.1f} "
-                      "tokens/s", flush=True)
+            weights, _, layout = kept.partition(":")
+            loaded = resolve_model(args.model, dtype=getattr(torch, dtype_name), weights=weights)
+            model = unpacked(loaded.model) if layout == "plain" else loaded.model
+            label = f"{dtype_name}, weights {loaded.weights}{' (plain layout)' if layout == 'plain' else ''}"
+            settings.append((label, model, LLMEngine.from_model(loaded, kv_cache_tokens=64 * 1024, max_num_seqs=64)))
+    bandwidths = []
+    steps: dict[tuple[int, int], list[float]] = {}
+    for _ in range(args.rounds):
+        bandwidths.append(read_bandwidth_gb_s())
+        for batch in (int(b) for b in args.batches.split(",")):
+            for i, (_, _, engine) in enumerate(settings):
+                steps.setdefault((i, batch), []).append(decode_step_ms(engine, batch))
+    bandwidth = statistics.median(bandwidths)
+    print(f"memory read bandwidth: {bandwidth:.1f} GB/s ({torch.get_num_threads()} threads, median of {args.rounds} "
+          f"rounds of 9 sums over 1 GiB)", flush=True)
+    for i, (label, model, _) in enumerate(settings):
+        print(f"{args.model} in {label}:")
+        for batch in (int(b) for b in args.batches.split(",")):
+            weights = weight_bytes(model, batch)
+            read_ms = weights / (bandwidth * 1e9) * 1000
+            step = statistics.median(steps[(i, batch)])
+            print(f"  batch {batch:3d}: decode step {step:6.1f} ms = {step / read_ms:4.2f} x the read of the "
+                  f"{weights / 1e6:.0f} MB of weights it uses ({read_ms:.1f} ms), {batch / step * 1000:7.1f} "
+                  f"tokens/s (rounds: {', '.join(f'{t:.1f}' for t in steps[(i, batch)])})", flush=True)
 
 
 if __name__ == "__main__":

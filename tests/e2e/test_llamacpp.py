@@ -7,6 +7,9 @@ import json
 import httpx
 
 from engines.process import launch_llamacpp
+from engines.reference.loading.weights import resolve_model
+from engines.reference.serving.options import ServerOptions
+from engines.reference.serving.server import build_engine, running_server
 from loadgen.telemetry import metrics_url, parse_metrics, probe
 from tests.bench.test_cli import bench, only_run_dir
 from tests.engines.test_process_engines import one_chat_request
@@ -46,3 +49,19 @@ def test_the_real_servers_metrics_and_version_are_read(tmp_path) -> None:
         assert probe(url) is None
         values = parse_metrics(httpx.get(url).text)
     assert values == {"requests_running": 0, "requests_waiting": 0, "generation_tokens_total": 8}
+
+
+def test_the_reference_engine_reads_the_default_file_as_llama_cpp_does(tmp_path) -> None:
+    """`--weights-dtype auto` keeps SmolLM2's Q4_1 layers on their own 4-bit grid and its Q8_0 head as int8:
+    its greedy answer is llama.cpp's, word for word (the file dequantized to dense weights answers otherwise,
+    `tests/engines/reference/test_server_smollm2.py`: a 0.012 margin in the first token decides)."""
+    request = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0,
+               "max_tokens": 8}
+    options = ServerOptions(port=0, kv_cache_tokens=1024, device="cpu", dtype="bfloat16")
+    with running_server(options, build_engine(options, resolve_model("default"))) as server:
+        ours = httpx.post(f"{server.base_url}/chat/completions", json={**request, "model": server.model_name},
+                          timeout=120).json()["choices"][0]["message"]["content"]
+    with launch_llamacpp(tmp_path, args={"parallel": "1"}) as (endpoint, _):
+        theirs = httpx.post(f"{endpoint.base_url}/chat/completions", json={**request, "model": endpoint.model},
+                            timeout=120).json()["choices"][0]["message"]["content"]
+    assert ours.startswith("L'Étoile") and ours == theirs, (ours, theirs)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
+from engines.reference.core.dense import PackedWeight, can_pack, dense_linear, pack
 from engines.reference.core.quant import QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
@@ -123,20 +124,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
     return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
-    """x (T, in) @ weight (out, in).T -> (T, out), contiguous.
-
-    A quantized weight runs its own kernel (`core/quant.py`). On CPU in float32 this is computed as
-    weight @ x.T, a GEMM that MKL runs about 1.5-2x faster than F.linear's x @ weight.T at small T (decode),
-    and a single row is sent as two because the two-column GEMM beats the matrix-vector path (the weights
-    are read once either way)."""
+def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight | QuantizedWeight) -> torch.Tensor:
+    """x (T, in) @ weight (out, in).T -> (T, out), contiguous: a quantized weight runs its own kernel
+    (`core/quant.py`), a dense one the fastest dense product for its dtype and device (`core/dense.py`)."""
     if isinstance(weight, QuantizedWeight):
         return weight.linear(x)
-    if x.dtype != torch.float32 or x.device.type != "cpu":
-        return F.linear(x, weight)
-    if x.shape[0] == 1:
-        return torch.mm(weight, x.repeat(2, 1).t())[:, 0].unsqueeze(0).contiguous()  # (1, out)
-    return torch.mm(weight, x.t()).t().contiguous()  # (T, out)
+    return dense_linear(x, weight)
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -197,24 +190,30 @@ class LlamaModel(nn.Module):
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = _empty(config.vocab_size, config.hidden_size, dtype=dtype, device=device)
-        self.quantized_head: QuantizedWeight | None = None  # the LM head kept quantized (it shares the dense one)
+        # the LM head as `keep_weights` keeps it (quantized, packed); None: the dense weight as loaded
+        self.head: PackedWeight | QuantizedWeight | None = None
         self.register_buffer("inv_freq", rope_inv_freq(config).to(device), persistent=False)
 
     @torch.no_grad()
-    def quantize_weights(self, projections: str, head: str) -> None:
-        """Keep the layers' projections in format `projections` and the LM head in `head` (core/quant.py);
-        each dense weight stays, shared, for many-row products."""
+    def keep_weights(self, projections: str, head: str) -> None:
+        """Keep the layers' projections in format `projections` and the LM head in `head` (`core/quant.py`; a
+        quantized weight keeps a dense copy for many-row products), and each dense weight packed for the
+        device's matmul where that is faster (`core/dense.py`)."""
         for layer in self.layers:
             for name in PROJECTIONS:
                 weight = getattr(layer, name)
-                quantized = quantize(weight.data, projections)
-                if isinstance(quantized, QuantizedWeight):
+                kept = _kept(weight.data, projections)
+                if kept is not weight.data:
                     delattr(layer, name)
-                    setattr(layer, name, quantized)
-        # A tied head is quantized from a copy: the embedding lookup keeps the file's values.
-        dense_head = self.embed_tokens.data.clone() if self.lm_head is None else self.lm_head.data
-        quantized = quantize(dense_head, head)
-        self.quantized_head = quantized if isinstance(quantized, QuantizedWeight) else None
+                    setattr(layer, name, kept)
+        # A tied head is kept from a copy: the embedding lookup keeps the file's values.
+        dense_head = self.embed_tokens.data if self.lm_head is None else self.lm_head.data
+        if head != "bf16" or can_pack(dense_head):
+            kept = _kept(dense_head.clone() if self.lm_head is None else dense_head, head)
+            self.head = None if isinstance(kept, torch.Tensor) else kept
+        if self.head is not None and self.lm_head is not None:
+            del self.lm_head  # the dense head is read no more: its memory goes
+            self.lm_head = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -246,6 +245,10 @@ class LlamaModel(nn.Module):
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
             h = layer(h, rope, plan, k_cache, v_cache)
         h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
-        head = self.quantized_head if self.quantized_head is not None else \
-            self.embed_tokens if self.lm_head is None else self.lm_head
+        head = self.head if self.head is not None else self.embed_tokens if self.lm_head is None else self.lm_head
         return linear(h, head).float()  # (S, vocab)
+
+
+def _kept(weight: torch.Tensor, weight_format: str) -> torch.Tensor | PackedWeight | QuantizedWeight:
+    kept = quantize(weight, weight_format)
+    return pack(kept) if isinstance(kept, torch.Tensor) else kept

@@ -7,8 +7,8 @@ activations, in bfloat16). With many rows (a prefill, a large batch) they lose t
 quantized weight keeps a dense copy of itself beside it (its own values dequantized, so both read the same
 weights; the kernel rounds the activations to bfloat16, so a float32 model's logits still differ slightly with
 the number of rows) and `QuantizedWeight.linear` picks by the number of rows: the quantized kernel up to
-`QUANTIZED_MAX_ROWS`, the dense copy above. The copy costs memory, not time: a step at one user reads only
-the quantized bytes.
+`QUANTIZED_MAX_ROWS`, the dense copy above (packed for oneDNN in bfloat16, `core/dense.py`). The copy costs
+memory, not time: a step at one user reads only the quantized bytes.
 
 int4's grid is asymmetric: w = (q - 8) * scale + zero, q in 0..15, per group of 32 inputs: a GGUF Q4_1 block
 (32 values q * d + m, its minimum and maximum among them) lands on the same grid, bar the scale and zero
@@ -18,10 +18,10 @@ rounded to bfloat16; Q4_0 and Q4_K nearly so. int8 is symmetric per output row.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engines.reference.core.config import WEIGHT_FORMATS
+from engines.reference.core.dense import PackedWeight, dense_linear, dense_values, pack
 
 __all__ = ["WEIGHT_FORMATS", "Int4Weight", "Int8Weight", "QuantizedWeight", "quantize"]
 
@@ -37,11 +37,14 @@ class QuantizedWeight(nn.Module):
 
     def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
-        self.dense = nn.Parameter(weight, requires_grad=False)  # replaced by the dequantized values once built
+        # the dense copy: the weight's storage, refilled with the dequantized values once built, then packed
+        self.dense: torch.Tensor | PackedWeight = nn.Parameter(weight, requires_grad=False)
 
     def _keep_dequantized(self) -> None:
         with torch.no_grad():
-            self.dense.copy_(self.dequantized().to(self.dense.dtype))
+            dense = self.dense.copy_(self.dequantized().to(self.dense.dtype))
+        del self.dense
+        self.dense = pack(dense)
 
     @property
     def shape(self) -> torch.Size:
@@ -53,7 +56,7 @@ class QuantizedWeight(nn.Module):
 
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > QUANTIZED_MAX_ROWS or x.device.type != "cpu":
-            return F.linear(x, self.dense)
+            return dense_linear(x, self.dense)
         return self.product(x.to(torch.bfloat16)).to(x.dtype)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,27 +109,25 @@ class Int4Weight(QuantizedWeight):
 
     def dequantized(self) -> torch.Tensor:
         if not hasattr(self, "_q"):  # once built, the dense copy holds exactly these values
-            return self.dense.float()
+            return dense_values(self.dense).float()
         scales, zeros = self.scales_zeros.float().unbind(-1)  # (in / group, out) each
         q = self._q.float().reshape(self.shape[0], -1, INT4_GROUP)
         return ((q - 8) * scales.t()[..., None] + zeros.t()[..., None]).reshape(self.shape)
 
 
-def can_hold(weight_format: str, shape: torch.Size | tuple[int, ...]) -> bool:
-    """Whether a (out, in) weight fits the kernel's layout (int4: out a multiple of 16, in of 32 and 64)."""
+def int4_can_hold(shape: torch.Size | tuple[int, ...]) -> bool:
+    """Whether a (out, in) weight fits the int4 kernel's layout: out a multiple of 16, in of 32 and 64."""
     out_features, in_features = shape
-    if weight_format == "int8":
-        return True
-    if weight_format == "int4":
-        return out_features % 16 == 0 and in_features % (INT4_GROUP * INT4_INNER_K_TILES) == 0
-    return False
+    return out_features % 16 == 0 and in_features % (INT4_GROUP * INT4_INNER_K_TILES) == 0
 
 
 def quantize(weight: torch.Tensor, weight_format: str) -> torch.Tensor | QuantizedWeight:
-    """The weight in `weight_format` (bf16: as it is); a shape the kernel can't hold stays dense."""
-    if weight_format == "bf16" or not can_hold(weight_format, weight.shape):
+    """The weight in `weight_format` (bf16: as it is); a shape the int4 kernel can't hold is kept int8."""
+    if weight_format == "bf16":
         return weight
-    return Int8Weight(weight.detach()) if weight_format == "int8" else Int4Weight(weight.detach())
+    if weight_format == "int4" and int4_can_hold(weight.shape):
+        return Int4Weight(weight.detach())
+    return Int8Weight(weight.detach())
 
 
 def kernels_available(device: torch.device | str) -> bool:
