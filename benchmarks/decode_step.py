@@ -117,7 +117,10 @@ def main() -> None:
             loaded = resolve_model(args.model, dtype=getattr(torch, dtype_name), weights=weights)
             model = unpacked(loaded.model) if layout == "plain" else loaded.model
             label = f"{dtype_name}, weights {loaded.weights}{' (plain layout)' if layout == 'plain' else ''}"
-            settings.append((label, model, LLMEngine.from_model(loaded, kv_cache_tokens=64 * 1024, max_num_seqs=64)))
+            # a KV cache just large enough: every setting's engine lives through all rounds
+            most = max(int(b) for b in args.batches.split(","))
+            engine = LLMEngine.from_model(loaded, kv_cache_tokens=most * (CONTEXT_TOKENS + 64), max_num_seqs=most)
+            settings.append((label, model, engine))
     bandwidths = []
     steps: dict[tuple[int, int], list[float]] = {}
     for _ in range(args.rounds):

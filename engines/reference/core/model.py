@@ -13,7 +13,6 @@ Llama's head order (rotate_half rotary convention).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
-from engines.reference.core.dense import PackedWeight, can_pack, dense_linear, pack
+from engines.reference.core.dense import PackedWeight, dense_linear, pack
 from engines.reference.core.quant import QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
@@ -112,29 +111,11 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-FEW_ROWS = 4  # up to this many rows, a bfloat16 RMSNorm goes through layer_norm's one kernel (see rms_norm)
-
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order).
-
-    In bfloat16 that is five kernels (cast, square-mean, rsqrt, scale, cast) before the weight. At a few rows,
-    where each kernel's fixed cost dominates, layer_norm's single kernel does the same: [x, -x] has mean 0
-    and variance mean(x^2), so its first half normalised is x / sqrt(mean(x^2) + eps), computed in float32 and
-    rounded once. The same bits, 27 against 37 us a call at one row, measured here (61 calls a step for
-    SmolLM2); from 16 rows on it is slower."""
+    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order)."""
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
-    num_rows, hidden = x.shape
-    if num_rows <= FEW_ROWS and x.device.type == "cpu":
-        mirrored = (x.unsqueeze(1) * _plus_minus_one(x.dtype)).view(num_rows, 2 * hidden)  # rows [x, -x]
-        return F.layer_norm(mirrored, (2 * hidden,), None, None, eps)[:, :hidden] * weight
     return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
-
-
-@functools.cache
-def _plus_minus_one(dtype: torch.dtype) -> torch.Tensor:
-    return torch.tensor([[1.0], [-1.0]], dtype=dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
@@ -220,16 +201,17 @@ class LlamaModel(nn.Module):
         device's matmul where that is faster (`core/dense.py`)."""
         for layer in self.layers:
             for name in PROJECTIONS:
-                weight = getattr(layer, name)
-                kept = _kept(weight.data, projections)
-                if kept is not weight.data:
+                kept = _kept_weight(getattr(layer, name).data, projections)
+                if not isinstance(kept, torch.Tensor):  # quantized or packed: it replaces the parameter
                     delattr(layer, name)
                     setattr(layer, name, kept)
-        # A tied head is kept from a copy: the embedding lookup keeps the file's values.
-        dense_head = self.embed_tokens.data if self.lm_head is None else self.lm_head.data
-        if head != "bf16" or can_pack(dense_head):
-            kept = _kept(dense_head.clone() if self.lm_head is None else dense_head, head)
+        if self.lm_head is not None:
+            kept = _kept_weight(self.lm_head.data, head)
             self.head = None if isinstance(kept, torch.Tensor) else kept
+        else:  # tied: quantized from a copy, so the embedding lookup keeps the file's values; kept dense, the
+            # embedding itself, unpacked (packing it would hold it twice)
+            kept = quantize(self.embed_tokens.data.clone(), head) if head != "bf16" else self.embed_tokens.data
+            self.head = kept if isinstance(kept, QuantizedWeight) else None
         if self.head is not None and self.lm_head is not None:
             del self.lm_head  # the dense head is read no more: its memory goes
             self.lm_head = None
@@ -268,6 +250,6 @@ class LlamaModel(nn.Module):
         return linear(h, head).float()  # (S, vocab)
 
 
-def _kept(weight: torch.Tensor, weight_format: str) -> torch.Tensor | PackedWeight | QuantizedWeight:
+def _kept_weight(weight: torch.Tensor, weight_format: str) -> torch.Tensor | PackedWeight | QuantizedWeight:
     kept = quantize(weight, weight_format)
     return pack(kept) if isinstance(kept, torch.Tensor) else kept

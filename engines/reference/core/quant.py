@@ -12,7 +12,8 @@ memory, not time: a step at one user reads only the quantized bytes.
 
 int4's grid is asymmetric: w = (q - 8) * scale + zero, q in 0..15, per group of 32 inputs: a GGUF Q4_1 block
 (32 values q * d + m, its minimum and maximum among them) lands on the same grid, bar the scale and zero
-rounded to bfloat16; Q4_0 and Q4_K nearly so. int8 is symmetric per output row.
+rounded to bfloat16. A Q4_0 or Q4_K block need not reach both ends of 0..15, so the grid rebuilt from its
+minimum and maximum misses its own (`auto` keeps those as int8). int8 is symmetric per output row.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Int4Weight(QuantizedWeight):
         return ((q - 8) * scales.t()[..., None] + zeros.t()[..., None]).reshape(self.shape)
 
 
-def int4_can_hold(shape: torch.Size | tuple[int, ...]) -> bool:
+def can_hold_int4(shape: torch.Size | tuple[int, ...]) -> bool:
     """Whether a (out, in) weight fits the int4 kernel's layout: out a multiple of 16, in of 32 and 64."""
     out_features, in_features = shape
     return out_features % 16 == 0 and in_features % (INT4_GROUP * INT4_INNER_K_TILES) == 0
@@ -125,7 +126,7 @@ def quantize(weight: torch.Tensor, weight_format: str) -> torch.Tensor | Quantiz
     """The weight in `weight_format` (bf16: as it is); a shape the int4 kernel can't hold is kept int8."""
     if weight_format == "bf16":
         return weight
-    if weight_format == "int4" and int4_can_hold(weight.shape):
+    if weight_format == "int4" and can_hold_int4(weight.shape):
         return Int4Weight(weight.detach())
     return Int8Weight(weight.detach())
 

@@ -64,6 +64,10 @@ def test_auto_takes_the_gguf_types_and_an_explicit_format_is_checked() -> None:
     assert weight_formats("auto", "cpu", {**gguf, "model.embed_tokens.weight": "F16"}) == ("int4", "bf16")
     q6_k = dict.fromkeys(gguf, "Q6_K")
     assert weight_formats("auto", "cpu", q6_k) == ("int8", "int8")  # finer than 4 bits: int8 holds it closer
+    q4_0 = {**gguf, "model.layers.0.self_attn.q_proj.weight": "Q4_0", "model.layers.0.mlp.down_proj.weight": "Q4_0"}
+    assert weight_formats("auto", "cpu", q4_0) == ("int8", "int8")  # its blocks need not span 0..15: not int4's grid
+    mixed = {**gguf, "model.layers.0.mlp.down_proj.weight": "Q6_K"}  # as in a Q4_K_M file
+    assert weight_formats("auto", "cpu", mixed) == ("int8", "int8")  # a finer layer is never coarsened to int4
     assert weight_formats("auto", "cpu", None) == ("bf16", "bf16")  # safetensors, dummy: dense as they are
     assert weight_formats("auto", "cuda", gguf) == ("bf16", "bf16")  # no weight-only kernel there: dense
     assert weight_formats("int4", "cpu") == ("int4", "int4")
@@ -85,17 +89,21 @@ def test_a_dummy_model_quantized_at_load_keeps_every_projection_and_the_tied_hea
     assert torch.equal(tied.embed_tokens, embedding)  # a tied head is quantized from a copy: lookups keep theirs
 
 
+@pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_dense_weights_packed_for_onednn_give_the_same_logits(dtype: torch.dtype) -> None:
-    """bfloat16 on CPU: every projection and the (tied) head laid out for oneDNN, the logits the same to the
-    bit at 1, 16 and 64 rows; float32 stays as it is."""
-    config = replace(DUMMY_PRESETS["tiny"], tie_word_embeddings=True)
+def test_dense_weights_packed_for_onednn_give_the_same_logits(dtype: torch.dtype, tied: bool) -> None:
+    """bfloat16 on CPU: every projection and an untied head laid out for oneDNN, the logits the same to the bit
+    at 1, 16 and 64 rows; a tied head stays the embedding (packing it would hold it twice); float32 stays as
+    it is, its parameters registered as before."""
+    config = replace(DUMMY_PRESETS["tiny"], tie_word_embeddings=tied)
     plain, packed = dummy_model(config, dtype=dtype, seed=3), dummy_model(config, dtype=dtype, seed=3)
     packed.keep_weights("bf16", "bf16")
     expect_packed = dtype == torch.bfloat16 and can_pack(plain.embed_tokens)
     assert all(isinstance(getattr(layer, name), PackedWeight) == expect_packed
                for layer in packed.layers for name in PROJECTIONS)
-    assert isinstance(packed.head, PackedWeight) == expect_packed
+    assert isinstance(packed.head, PackedWeight) == (expect_packed and not tied)
+    if not expect_packed:
+        assert [name for name, _ in packed.named_parameters()] == [name for name, _ in plain.named_parameters()]
     for rows in (1, 16, 64):
         tokens = list(range(3, 3 + rows))
         torch.testing.assert_close(_prefill_logits(packed, tokens), _prefill_logits(plain, tokens), rtol=0, atol=0)
