@@ -12,8 +12,9 @@ memory, not time: a step at one user reads only the quantized bytes.
 
 int4's grid is asymmetric: w = (q - 8) * scale + zero, q in 0..15, per group of 32 inputs: a GGUF Q4_1 block
 (32 values q * d + m, its minimum and maximum among them) lands on the same grid, bar the scale and zero
-rounded to bfloat16. A Q4_0 or Q4_K block need not reach both ends of 0..15, so the grid rebuilt from its
-minimum and maximum misses its own (`auto` keeps those as int8). int8 is symmetric per output row.
+rounded to bfloat16; a Q4_0 block ((q - 8) * d, which need not reach both ends) is found on its own grid and
+kept on it (`_grids`). A Q4_K sub-block need not lie on either, so `auto` keeps Q4_K as int8. int8 is
+symmetric per output row.
 """
 
 from __future__ import annotations
@@ -93,9 +94,7 @@ class Int4Weight(QuantizedWeight):
         super().__init__(dense)
         out_features, in_features = dense.shape
         groups = dense.float().reshape(out_features, in_features // INT4_GROUP, INT4_GROUP)
-        low, high = groups.amin(dim=-1), groups.amax(dim=-1)
-        scales = ((high - low) / 15).clamp(min=1e-12).to(torch.bfloat16).float()
-        zeros = (low + 8 * scales).to(torch.bfloat16).float()  # w = (q - 8) * scale + zero
+        scales, zeros = _grids(groups)
         q = torch.round((groups - zeros[..., None]) / scales[..., None] + 8).clamp(0, 15).to(torch.int32)
         self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(
             q.reshape(out_features, in_features), INT4_INNER_K_TILES))
@@ -114,6 +113,30 @@ class Int4Weight(QuantizedWeight):
         scales, zeros = self.scales_zeros.float().unbind(-1)  # (in / group, out) each
         q = self._q.float().reshape(self.shape[0], -1, INT4_GROUP)
         return ((q - 8) * scales.t()[..., None] + zeros.t()[..., None]).reshape(self.shape)
+
+
+ON_GRID = 0.1  # in steps: a file's 4-bit values, read back through bfloat16, lie within about 1/20 of theirs
+
+
+def _grids(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group of 32 (..., 32): the scale and zero of int4's grid w = (q - 8) * scale + zero, each a bfloat16
+    value (the kernel's), in float32.
+
+    A GGUF Q4_1 block's own grid runs from its minimum to its maximum in 15 steps; a Q4_0 block's is
+    (q - 8) * d with d = -(its value of largest magnitude) / 8, zero 0 (llama.cpp's quantizer), which need not
+    reach both ends. A group on Q4_1's grid keeps it; one on neither (a float weight, a Q4_K sub-block) gets it too."""
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scales = ((high - low) / 15).clamp(min=1e-12).to(torch.bfloat16).float()
+    zeros = (low + 8 * scales).to(torch.bfloat16).float()  # from the rounded scale: q = 0 lands on the minimum
+    extreme = torch.where(high.abs() >= low.abs(), high, low)
+    symmetric = (-extreme / 8).where(extreme != 0, torch.ones_like(extreme)).to(torch.bfloat16).float()
+    levels = groups / symmetric[..., None] + 8
+    off_q4_0 = (levels - levels.round()).abs().amax(-1)
+    in_range = (levels.round() >= 0).all(-1) & (levels.round() <= 15).all(-1)
+    on_q4_1 = (groups - low[..., None]) / scales[..., None]
+    off_q4_1 = (on_q4_1 - on_q4_1.round()).abs().amax(-1)
+    use_q4_0 = in_range & (off_q4_0 <= ON_GRID) & (off_q4_1 > ON_GRID)  # Q4_1's grid wherever it holds
+    return scales.where(~use_q4_0, symmetric), zeros.where(~use_q4_0, torch.zeros_like(zeros))
 
 
 def can_hold_int4(shape: torch.Size | tuple[int, ...]) -> bool:

@@ -89,14 +89,12 @@ class LoadedModel:
     weights: str = "bf16"  # how the weights are kept: bf16 (dense, in the model's dtype), int8, int4, or a mix
 
 
-# GGUF's quantized types -> the kernel that holds them (floats stay dense). A Q4_1 block of 32 (q * d + m, its
-# minimum and maximum among them) is int4's own grid, bar the scale and zero rounded to bfloat16 (SmolLM2: KL
-# 0.0019 from the dequantized file, `tests/engines/reference/test_quant.py`). Q4_0 and Q4_K blocks need not
-# reach both ends of 0..15, so int4's grid, rebuilt from each group's minimum and maximum, would miss theirs
-# (measured: 6.4 % error on a Q4_0 weight against 0.76 % for int8): they and the finer types are re-quantized
-# per row to int8.
-_GGUF_FORMATS = {"Q4_1": "int4", **dict.fromkeys(("Q4_0", "Q4_K", "Q2_K", "Q3_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K",
-                                                  "Q8_0"), "int8")}
+# GGUF's quantized types -> the kernel that holds them (floats stay dense). A Q4_1 or Q4_0 block of 32 lies on
+# int4's grid, bar the scale and zero rounded to bfloat16 (`core/quant.py`; SmolLM2: KL 0.0019 from the
+# dequantized file, `tests/engines/reference/test_quant.py`). A Q4_K sub-block need not (its scale and minimum
+# are themselves quantized): it and the finer types are re-quantized per row to int8.
+_GGUF_FORMATS = {**dict.fromkeys(("Q4_0", "Q4_1"), "int4"),
+                 **dict.fromkeys(("Q4_K", "Q2_K", "Q3_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"), "int8")}
 
 
 def weight_formats(requested: str, device: torch.device | str, gguf_types: dict[str, str] | None = None
@@ -112,8 +110,8 @@ def weight_formats(requested: str, device: torch.device | str, gguf_types: dict[
         return requested, requested
     if gguf_types is None or not kernels_available(device):
         return "bf16", "bf16"
-    # One format for every projection: int4 only where all of them are Q4_1 (a finer layer is never coarsened),
-    # else int8 where any is quantized.
+    # One format for every projection: int4 only where all of them are Q4_0 or Q4_1 (a finer layer is never
+    # coarsened), else int8 where any is quantized.
     kinds = {kind for name, kind in gguf_types.items() if any(f".{p}." in name for p in _HF_PROJECTIONS)}
     formats = {_GGUF_FORMATS.get(kind, "bf16") for kind in kinds}
     projections = "int4" if formats == {"int4"} else "int8" if formats - {"bf16"} else "bf16"

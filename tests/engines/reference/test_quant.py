@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import gguf
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -57,6 +59,21 @@ def test_int4_keeps_a_q4_1_block_on_its_own_grid() -> None:
     assert torch.equal(torch.argsort(restored[0, :16]), torch.argsort(weight[0, :16]))  # the order of levels kept
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_int4_keeps_a_gguf_4_bit_weight_on_the_file_s_grid(kind: str) -> None:
+    """A weight quantized by gguf's own Q4_0 / Q4_1 and read back in bfloat16, as the loader does: int4 holds
+    every value within a tenth of its block's step, bfloat16 apart (on a min/max grid alone, a Q4_0 weight is
+    up to 0.47 of a step off)."""
+    qtype = getattr(gguf.GGMLQuantizationType, kind)
+    original = np.random.default_rng(5).standard_normal((64, 256)).astype(np.float32) * 0.05
+    weight = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(original, qtype), qtype).copy()).bfloat16()
+    restored = Int4Weight(weight.clone()).dequantized()
+    blocks = weight.float().reshape(64, -1, 32)
+    steps = (blocks.amax(-1) - blocks.amin(-1)) / 15 if kind == "Q4_1" else blocks.abs().amax(-1) / 8
+    error = (restored - weight.float()).abs().reshape(64, -1, 32).amax(-1) / steps.clamp(min=1e-12)
+    assert error.max().item() < 0.1, error.max()  # bfloat16 roundings (value, scale, copy); off-grid is ~0.5
+
+
 def test_auto_takes_the_gguf_types_and_an_explicit_format_is_checked() -> None:
     gguf = {"model.layers.0.self_attn.q_proj.weight": "Q4_1", "model.layers.0.mlp.down_proj.weight": "Q4_1",
             "model.embed_tokens.weight": "Q8_0"}
@@ -64,8 +81,10 @@ def test_auto_takes_the_gguf_types_and_an_explicit_format_is_checked() -> None:
     assert weight_formats("auto", "cpu", {**gguf, "model.embed_tokens.weight": "F16"}) == ("int4", "bf16")
     q6_k = dict.fromkeys(gguf, "Q6_K")
     assert weight_formats("auto", "cpu", q6_k) == ("int8", "int8")  # finer than 4 bits: int8 holds it closer
-    q4_0 = {**gguf, "model.layers.0.self_attn.q_proj.weight": "Q4_0", "model.layers.0.mlp.down_proj.weight": "Q4_0"}
-    assert weight_formats("auto", "cpu", q4_0) == ("int8", "int8")  # its blocks need not span 0..15: not int4's grid
+    q4_0 = {**gguf, "model.layers.0.self_attn.q_proj.weight": "Q4_0"}
+    assert weight_formats("auto", "cpu", q4_0) == ("int4", "int8")  # Q4_0's grid is found too
+    q4_k = dict.fromkeys(gguf, "Q4_K")
+    assert weight_formats("auto", "cpu", q4_k) == ("int8", "int8")  # its sub-blocks need not lie on int4's grid
     mixed = {**gguf, "model.layers.0.mlp.down_proj.weight": "Q6_K"}  # as in a Q4_K_M file
     assert weight_formats("auto", "cpu", mixed) == ("int8", "int8")  # a finer layer is never coarsened to int4
     assert weight_formats("auto", "cpu", None) == ("bf16", "bf16")  # safetensors, dummy: dense as they are

