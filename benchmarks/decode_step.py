@@ -111,6 +111,7 @@ def main() -> None:
                         "taking turns (this machine's speed drifts); the median is printed")
     args = parser.parse_args()
     settings = []
+    most = max(int(b) for b in args.batches.split(","))
     for dtype_name in args.dtypes.split(","):
         for kept in args.weights.split(","):
             weights, _, layout = kept.partition(":")
@@ -118,7 +119,6 @@ def main() -> None:
             model = unpacked(loaded.model) if layout == "plain" else loaded.model
             label = f"{dtype_name}, weights {loaded.weights}{' (plain layout)' if layout == 'plain' else ''}"
             # a KV cache just large enough: every setting's engine lives through all rounds
-            most = max(int(b) for b in args.batches.split(","))
             engine = LLMEngine.from_model(loaded, kv_cache_tokens=most * (CONTEXT_TOKENS + 64), max_num_seqs=most)
             settings.append((label, model, engine))
     bandwidths = []

