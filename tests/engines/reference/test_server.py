@@ -309,13 +309,21 @@ async def _stress(url: str, num_requests: int, concurrency: int = 32) -> list[st
 
 
 def test_no_block_leaks_when_a_third_of_many_clients_disconnect(server: Server) -> None:
-    before = metric_samples(server).get("vllm:request_success_total{finished_reason=abort}", 0)
+    aborts, lengths = (
+        "vllm:request_success_total{finished_reason=abort}",
+        "vllm:request_success_total{finished_reason=length}",
+    )
+    before = metric_samples(server)
     outcomes = asyncio.run(_stress(server.base_url + COMPLETIONS, NUM_STRESS_REQUESTS))
     num_aborted = sum(1 for i in range(NUM_STRESS_REQUESTS) if i % 3 == 0)
+    num_stream_aborted = sum(1 for i in range(NUM_STRESS_REQUESTS) if i % 6 == 0)
     assert outcomes.count("aborted") == num_aborted and outcomes.count("done") == NUM_STRESS_REQUESTS - num_aborted
     assert_no_blocks_held(server)
     samples = metric_samples(server)
-    assert samples["vllm:request_success_total{finished_reason=abort}"] - before == num_aborted
+    # A streaming client saw tokens, so the engine held its request; a non-streaming one that gives up
+    # after 50 ms may leave before its request reaches the engine on a busy machine (vLLM counts those nowhere).
+    assert num_stream_aborted <= samples[aborts] - before.get(aborts, 0) <= num_aborted
+    assert samples[lengths] - before.get(lengths, 0) == NUM_STRESS_REQUESTS - num_aborted
     assert samples["vllm:num_requests_running"] == samples["vllm:num_requests_waiting"] == 0
     assert samples["vllm:kv_cache_usage_perc"] == 0
 
