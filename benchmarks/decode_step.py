@@ -22,7 +22,7 @@ import torch
 from engines.reference.core.dense import PackedWeight
 from engines.reference.core.engine import LLMEngine
 from engines.reference.core.model import PROJECTIONS, LlamaModel
-from engines.reference.core.quant import QUANTIZED_MAX_ROWS, QuantizedWeight
+from engines.reference.core.quant import QuantizedWeight
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.weights import resolve_model
 
@@ -47,7 +47,7 @@ def weight_bytes(model: LlamaModel, batch: int = 1) -> int:
     where it is the head (a lookup reads one row)."""
     def read(weight: torch.Tensor | PackedWeight | QuantizedWeight) -> int:
         if isinstance(weight, QuantizedWeight):
-            return weight.quantized_bytes() if batch <= QUANTIZED_MAX_ROWS else read(weight.dense)
+            return weight.quantized_bytes() if batch <= weight.max_rows else read(weight.dense)
         if isinstance(weight, PackedWeight):
             weight = weight.packed
         return weight.numel() * weight.element_size()

@@ -22,7 +22,7 @@ from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
 from engines.reference.core.dense import PackedWeight, dense_linear, pack
-from engines.reference.core.quant import QuantizedWeight, quantize
+from engines.reference.core.quant import INT8_HEAD_MAX_ROWS, Int8Weight, QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
 
@@ -112,10 +112,12 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order)."""
+    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order): F.rms_norm itself
+    upcasts a bfloat16 input and casts its result back (the same bits as doing so around it, in half the
+    time at one row), and the scaling stays outside it, in the model's dtype."""
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
-    return F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype) * weight
+    return F.rms_norm(x, weight.shape, None, eps).mul_(weight)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
@@ -211,6 +213,8 @@ class LlamaModel(nn.Module):
         elif head != "bf16":  # tied: quantized from a copy, so the embedding lookup keeps the file's values
             kept = quantize(self.embed_tokens.data.clone(), head)
             self.head = kept if isinstance(kept, QuantizedWeight) else None
+        if isinstance(self.head, Int8Weight):
+            self.head.max_rows = INT8_HEAD_MAX_ROWS
         # (a tied dense head stays the embedding itself, unpacked: packing it would hold it twice)
         if self.head is not None and self.lm_head is not None:
             del self.lm_head  # the dense head is read no more: its memory goes
