@@ -53,7 +53,7 @@ def weight_bytes(model: LlamaModel, batch: int = 1) -> int:
         return weight.numel() * weight.element_size()
 
     layers = sum(read(getattr(layer, name)) for layer in model.layers for name in PROJECTIONS)
-    norms = sum(read(layer.input_norm) + read(layer.post_norm) for layer in model.layers) + read(model.norm)
+    norms = sum(read(weight) for name, weight in model.named_parameters() if name.endswith("norm"))
     head = model.head if model.head is not None else model.embed_tokens if model.lm_head is None else model.lm_head
     return layers + norms + read(head)
 
@@ -80,8 +80,9 @@ def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
 
 def unpacked(model: LlamaModel) -> LlamaModel:
     """The model with its dense weights back in the plain layout (F.linear's), to set against the packed."""
-    def plain(weight: torch.Tensor | PackedWeight) -> torch.Tensor:
-        return torch.nn.Parameter(weight.values(), requires_grad=False) if isinstance(weight, PackedWeight) else weight
+    def plain(weight: torch.Tensor | PackedWeight) -> torch.nn.Parameter:
+        values = weight.values() if isinstance(weight, PackedWeight) else weight
+        return values if isinstance(values, torch.nn.Parameter) else torch.nn.Parameter(values, requires_grad=False)
 
     for layer in model.layers:
         for name in PROJECTIONS:

@@ -46,6 +46,7 @@ class QuantizedWeight(nn.Module):
         self.dense: torch.Tensor | PackedWeight = nn.Parameter(weight, requires_grad=False)
 
     def _keep_dequantized(self) -> None:
+        assert isinstance(self.dense, torch.Tensor)  # not packed yet
         with torch.no_grad():
             dense = self.dense.copy_(self.dequantized().to(self.dense.dtype))
         del self.dense
@@ -76,6 +77,8 @@ class QuantizedWeight(nn.Module):
 
 class Int8Weight(QuantizedWeight):
     format = "int8"
+    q: torch.Tensor  # (out, in) int8
+    scales: torch.Tensor  # (out,) bfloat16
 
     def __init__(self, dense: torch.Tensor) -> None:
         super().__init__(dense)
@@ -94,6 +97,9 @@ class Int8Weight(QuantizedWeight):
 
 class Int4Weight(QuantizedWeight):
     format = "int4"
+    packed: torch.Tensor  # the kernel's packed layout of the 4-bit values
+    scales_zeros: torch.Tensor  # (in / group, out, 2) bfloat16
+    _q: torch.Tensor  # while building: the 4-bit values, unpacked
 
     def __init__(self, dense: torch.Tensor) -> None:
         super().__init__(dense)

@@ -20,8 +20,8 @@ from pathlib import Path
 import gguf
 import torch
 
-from engines.reference.core.model import LlamaModel, ModelConfig, RopeScaling
-from engines.reference.core.quant import WEIGHT_FORMATS, kernels_available
+from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig, RopeScaling
+from engines.reference.core.quant import WEIGHT_FORMATS, QuantizedWeight, kernels_available
 from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, gguf_weight_types, open_gguf
 from engines.reference.loading.tokenizer import Tokenizer
 
@@ -328,7 +328,15 @@ def resolve_model(
 
 def _kept(loaded: LoadedModel, formats: tuple[str, str]) -> LoadedModel:
     """The model with its weights kept as `formats` says (projections, head), and that said."""
-    projections, head = formats
-    loaded.model.keep_weights(projections, head)
-    described = projections if projections == head else f"{projections} layers, {head} head"
-    return LoadedModel(loaded.model, loaded.tokenizer, loaded.name, described)
+    loaded.model.keep_weights(*formats)
+    return LoadedModel(loaded.model, loaded.tokenizer, loaded.name, kept_formats(loaded.model))
+
+
+def kept_formats(model: LlamaModel) -> str:
+    """How the weights are kept, as kept (`int4+int8 layers` where a shape int4 can't hold was kept int8)."""
+    def kept(weight: object) -> str:
+        return weight.format if isinstance(weight, QuantizedWeight) else "bf16"
+
+    layers = "+".join(sorted({kept(getattr(layer, name)) for layer in model.layers for name in PROJECTIONS}))
+    head = kept(model.head)
+    return layers if layers == head else f"{layers} layers, {head} head"

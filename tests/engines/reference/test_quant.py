@@ -4,6 +4,7 @@ against the dequantized model's, within a tolerance stated per format."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import gguf
@@ -20,6 +21,7 @@ from engines.reference.loading.weights import (
     DUMMY_PRESETS,
     default_gguf_path,
     dummy_model,
+    kept_formats,
     resolve_model,
     weight_formats,
 )
@@ -138,6 +140,17 @@ def test_a_shape_the_int4_kernel_cannot_hold_is_kept_int8() -> None:
     assert isinstance(quantize(torch.randn(48, 96), "int4"), Int8Weight)  # inputs not a multiple of 64
     weight = torch.randn(8, 8)
     assert quantize(weight, "bf16") is weight
+
+
+def test_the_formats_said_are_the_formats_kept() -> None:
+    """An intermediate size of 96 leaves down_proj's inputs off int4's multiple of 64: that weight is int8."""
+    config = dataclasses.replace(DUMMY_PRESETS["tiny"], intermediate_size=96)
+    model = dummy_model(config, dtype=torch.bfloat16)
+    model.keep_weights("int4", "int8")
+    assert all(isinstance(layer.down_proj, Int8Weight) and isinstance(layer.o_proj, Int4Weight)
+               for layer in model.layers)
+    assert kept_formats(model) == "int4+int8 layers, int8 head"
+    assert kept_formats(dummy_model("tiny", dtype=torch.bfloat16)) == "bf16"
 
 
 @pytest.fixture(scope="module")
