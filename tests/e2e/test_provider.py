@@ -28,8 +28,10 @@ def test_ttft_counts_reasoning_and_ttfvt_waits_for_the_first_visible_token(scrip
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", users),
                                   LevelBounds(max_requests=users, num_warmup=0), output_tokens=64)
     assert s.num_ok == users
-    assert s.ttft_ms.p50 == pytest.approx(100, abs=2)
-    assert s.ttfvt_ms.p50 == pytest.approx(740, abs=2)
+    # TTFT is the first reasoning token's time, TTFVT the first answer token's: 640 ms apart. 5 ms, as
+    # test_timing.py allows its TTFT: 50 streams on two shared cores once read 102.8 against 100.
+    assert s.ttft_ms.p50 == pytest.approx(100, abs=5)
+    assert s.ttfvt_ms.p50 == pytest.approx(740, abs=5)
     assert s.mean_output_tokens == 64
     assert {r.reasoning_tokens for r in records} == {REASONING_TOKENS}
     assert s.usage.reasoning_tokens == REASONING_TOKENS * users
