@@ -22,7 +22,7 @@ from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
 from engines.reference.core.dense import PackedWeight, dense_linear, pack
-from engines.reference.core.quant import INT8_HEAD_MAX_ROWS, Int8Weight, QuantizedWeight, quantize
+from engines.reference.core.quant import HEAD_MAX_ROWS, QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
 
@@ -213,8 +213,8 @@ class LlamaModel(nn.Module):
         elif head != "bf16":  # tied: quantized from a copy, so the embedding lookup keeps the file's values
             kept = quantize(self.embed_tokens.data.clone(), head)
             self.head = kept if isinstance(kept, QuantizedWeight) else None
-        if isinstance(self.head, Int8Weight):
-            self.head.max_rows = INT8_HEAD_MAX_ROWS
+        if isinstance(self.head, QuantizedWeight):
+            self.head.max_rows = HEAD_MAX_ROWS[self.head.format]
         # (a tied dense head stays the embedding itself, unpacked: packing it would hold it twice)
         if self.head is not None and self.lm_head is not None:
             del self.lm_head  # the dense head is read no more: its memory goes

@@ -7,8 +7,8 @@ activations, in bfloat16). With many rows (a prefill, a large batch) they lose t
 quantized weight keeps a dense copy of itself beside it (its own values dequantized, so both read the same
 weights; the kernel rounds the activations to bfloat16, so a float32 model's logits still differ slightly with
 the number of rows) and `QuantizedWeight.linear` picks by the number of rows: the quantized kernel up to
-`QUANTIZED_MAX_ROWS`, the dense copy above (packed for oneDNN in bfloat16, `core/dense.py`). The copy costs
-memory, not time: a step at one user reads only the quantized bytes.
+its `max_rows` (`MAX_ROWS`, `HEAD_MAX_ROWS`), the dense copy above (packed for oneDNN in bfloat16,
+`core/dense.py`). The copy costs memory, not time: a step at a few users reads only the quantized bytes.
 
 int4's grid is asymmetric: w = (q - 8) * scale + zero, q in 0..15, per group of 32 inputs: a GGUF Q4_1 block
 (32 values q * d + m, its minimum and maximum among them) lands on the same grid, bar the scale and zero
@@ -27,9 +27,12 @@ from engines.reference.core.dense import PackedWeight, dense_linear, dense_value
 
 __all__ = ["WEIGHT_FORMATS", "Int4Weight", "Int8Weight", "QuantizedWeight", "quantize"]
 
-QUANTIZED_MAX_ROWS = 4  # above this many rows the dense matmul is faster on CPU (measured: see the module doc)
-# An int8 LM head (49,152 x 576) loses sooner: 2.45 against 2.14 ms at 3 rows (int4's head: a tie at 4)
-INT8_HEAD_MAX_ROWS = 2
+# Up to this many rows a product runs the quantized kernel, above it the dense copy, which is faster there on
+# CPU. Measured on SmolLM2-135M here: int4 projections in a whole decode forward took 0.82x the dense time at
+# 6 rows, 0.87x at 8, a tie at 12 and 1.2x at 16; int8 ones 16.8 against 22.5 ms a pass at 4 rows, 31 against
+# 23 at 8. A wide LM head (49,152 x 576) loses sooner: int8 2.45 against 2.14 ms at 3 rows, int4 a tie at 4.
+MAX_ROWS = {"int8": 4, "int4": 8}
+HEAD_MAX_ROWS = {"int8": 2, "int4": 4}
 INT4_GROUP = 32
 INT4_INNER_K_TILES = 2
 
@@ -41,7 +44,7 @@ class QuantizedWeight(nn.Module):
 
     def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
-        self.max_rows = QUANTIZED_MAX_ROWS  # products of more rows use the dense copy
+        self.max_rows = MAX_ROWS[self.format]  # products of more rows use the dense copy
         # the dense copy: the weight's storage, refilled with the dequantized values once built, then packed
         self.dense: torch.Tensor | PackedWeight = nn.Parameter(weight, requires_grad=False)
 

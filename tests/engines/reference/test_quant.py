@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from engines.reference.core.dense import PackedWeight, can_pack
 from engines.reference.core.model import PROJECTIONS, LlamaModel
 from engines.reference.core.model_runner import BatchItem, ModelRunner
-from engines.reference.core.quant import QUANTIZED_MAX_ROWS, Int4Weight, Int8Weight, QuantizedWeight, quantize
+from engines.reference.core.quant import HEAD_MAX_ROWS, MAX_ROWS, Int4Weight, Int8Weight, QuantizedWeight, quantize
 from engines.reference.loading.weights import (
     DUMMY_PRESETS,
     default_gguf_path,
@@ -39,12 +39,13 @@ TEXT = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars i
 def test_a_few_rows_go_through_the_kernel_and_many_through_the_same_values_dense(kind: type[QuantizedWeight]) -> None:
     weight = torch.randn(96, 128, generator=torch.Generator().manual_seed(1)) * 0.05
     quantized = kind(weight.clone().bfloat16())
-    for rows in (1, QUANTIZED_MAX_ROWS):
+    assert quantized.max_rows == MAX_ROWS[quantized.format]
+    for rows in (1, quantized.max_rows):
         x = torch.randn(rows, 128, dtype=torch.bfloat16)
         expected = x.float() @ quantized.dequantized().t()
         got = quantized.linear(x).float()
         assert ((got - expected).norm() / expected.norm()).item() < 0.01  # bfloat16 arithmetic apart
-    many = torch.randn(QUANTIZED_MAX_ROWS + 1, 128, dtype=torch.bfloat16)
+    many = torch.randn(quantized.max_rows + 1, 128, dtype=torch.bfloat16)
     torch.testing.assert_close(quantized.linear(many), F.linear(many, quantized.dequantized().bfloat16()))
     assert quantized.quantized_bytes() < weight.numel() * 2 * (0.6 if kind is Int8Weight else 0.35)
 
@@ -150,6 +151,8 @@ def test_the_formats_said_are_the_formats_kept() -> None:
     assert all(isinstance(layer.down_proj, Int8Weight) and isinstance(layer.o_proj, Int4Weight)
                for layer in model.layers)
     assert kept_formats(model) == "int4+int8 layers, int8 head"
+    assert (model.layers[0].o_proj.max_rows, model.layers[0].down_proj.max_rows, model.head.max_rows) == \
+        (MAX_ROWS["int4"], MAX_ROWS["int8"], HEAD_MAX_ROWS["int8"])
     assert kept_formats(dummy_model("tiny", dtype=torch.bfloat16)) == "bf16"
 
 
