@@ -219,8 +219,10 @@ class LLMEngine:
         if not rows:
             return [None] * len(out.scheduled)
         states = [self._requests[out.scheduled[i].seq.request_id] for i in rows]
+        if len(rows) < logits.shape[0]:  # a prefill chunk that ends no prompt samples nothing
+            logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
         tokens = sample(
-            logits.index_select(0, torch.tensor(rows, device=logits.device)),
+            logits,
             [state.params for state in states],
             [state.generator for state in states],
             [state.banned_token_ids() for state in states],
