@@ -113,8 +113,8 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order): F.rms_norm itself
-    upcasts a bfloat16 input and casts its result back (the same bits as doing so around it, in half the
-    time at one row), and the scaling stays outside it, in the model's dtype."""
+    upcasts a bfloat16 input and casts its result back (on CPU the same ops and bits as doing so around it, in
+    half the time at one row), and the scaling stays outside it, in the model's dtype (the norms' own)."""
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x, weight.shape, None, eps).mul_(weight)

@@ -30,7 +30,8 @@ __all__ = ["WEIGHT_FORMATS", "Int4Weight", "Int8Weight", "QuantizedWeight", "qua
 # Up to this many rows a product runs the quantized kernel, above it the dense copy, which is faster there on
 # CPU. Measured on SmolLM2-135M here: int4 projections in a whole decode forward took 0.82x the dense time at
 # 6 rows, 0.87x at 8, a tie at 12 and 1.2x at 16; int8 ones 16.8 against 22.5 ms a pass at 4 rows, 31 against
-# 23 at 8. A wide LM head (49,152 x 576) loses sooner: int8 2.45 against 2.14 ms at 3 rows, int4 a tie at 4.
+# 23 at 8. SmolLM2's LM head (49,152 x 576) loses sooner: int8 2.45 against 2.14 ms at 3 rows, int4 a tie at
+# 4. Fixed per format, measured on that model only: a larger model's crossovers may differ.
 MAX_ROWS = {"int8": 4, "int4": 8}
 HEAD_MAX_ROWS = {"int8": 2, "int4": 4}
 INT4_GROUP = 32

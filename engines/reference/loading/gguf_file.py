@@ -44,14 +44,16 @@ _LAYER_RE = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
 
 def open_gguf(path: str | Path) -> gguf.GGUFReader:
     """The file's reader, parsed once per process while the file is unchanged: gguf-py parses every metadata
-    string one by one (3.4 s for SmolLM2's 49,152-token vocabulary here), and a reader is read-only."""
+    string one by one (3.4 s for SmolLM2's 49,152-token vocabulary here), and a reader is read-only. The key
+    holds the inode and its change time, which a write or a rename always moves (a copy that keeps the
+    modification time does not fool it)."""
     resolved = Path(path).resolve()
     stat = resolved.stat()
-    return _parsed_gguf(resolved, stat.st_mtime_ns, stat.st_size)
+    return _parsed_gguf(resolved, (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
 
 
 @functools.lru_cache(maxsize=2)
-def _parsed_gguf(path: Path, mtime_ns: int, size: int) -> gguf.GGUFReader:  # noqa: ARG001 (the cache's key)
+def _parsed_gguf(path: Path, identity: tuple[int, ...]) -> gguf.GGUFReader:  # noqa: ARG001 (the cache's key)
     return gguf.GGUFReader(str(path), "r")
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.reference.core.dense import PackedWeight, can_pack
+from engines.reference.core.dense import PackedWeight, can_pack, dense_linear
 from engines.reference.core.model import PROJECTIONS, LlamaModel
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.core.quant import HEAD_MAX_ROWS, MAX_ROWS, Int4Weight, Int8Weight, QuantizedWeight, quantize
@@ -43,9 +43,11 @@ def test_a_few_rows_go_through_the_kernel_and_many_through_the_same_values_dense
     for rows in (1, quantized.max_rows):
         x = torch.randn(rows, 128, dtype=torch.bfloat16)
         expected = x.float() @ quantized.dequantized().t()
-        got = quantized.linear(x).float()
-        assert ((got - expected).norm() / expected.norm()).item() < 0.01  # bfloat16 arithmetic apart
+        got = quantized.linear(x)
+        assert torch.equal(got, quantized.product(x))  # the kernel's own answer
+        assert ((got.float() - expected).norm() / expected.norm()).item() < 0.01  # bfloat16 arithmetic apart
     many = torch.randn(quantized.max_rows + 1, 128, dtype=torch.bfloat16)
+    assert torch.equal(quantized.linear(many), dense_linear(many, quantized.dense))
     torch.testing.assert_close(quantized.linear(many), F.linear(many, quantized.dequantized().bfloat16()))
     assert quantized.quantized_bytes() < weight.numel() * 2 * (0.6 if kind is Int8Weight else 0.35)
 
@@ -151,8 +153,13 @@ def test_the_formats_said_are_the_formats_kept() -> None:
     assert all(isinstance(layer.down_proj, Int8Weight) and isinstance(layer.o_proj, Int4Weight)
                for layer in model.layers)
     assert kept_formats(model) == "int4+int8 layers, int8 head"
-    assert (model.layers[0].o_proj.max_rows, model.layers[0].down_proj.max_rows, model.head.max_rows) == \
+    head = model.head
+    assert isinstance(head, Int8Weight)
+    assert (model.layers[0].o_proj.max_rows, model.layers[0].down_proj.max_rows, head.max_rows) == \
         (MAX_ROWS["int4"], MAX_ROWS["int8"], HEAD_MAX_ROWS["int8"])
+    few, more = (torch.randn(rows, 64, dtype=torch.bfloat16) for rows in (head.max_rows, head.max_rows + 1))
+    assert torch.equal(head.linear(few), head.product(few))
+    assert torch.equal(head.linear(more), dense_linear(more, head.dense))
     assert kept_formats(dummy_model("tiny", dtype=torch.bfloat16)) == "bf16"
 
 
