@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.reference.core.model import LlamaModel
+from engines.reference.core.model import LlamaModel, rms_norm
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.loading.weights import dummy_model
 
@@ -143,3 +143,13 @@ def test_decodes_of_very_different_lengths_are_attended_in_groups_of_similar_len
     assert _similar_lengths([0, 1, 2, 3], [8, 400, 12, 9], BLOCK_SIZE) == [[0, 2, 3], [1]]
     lengths = [4 * 2**i for i in range(12)]
     assert len(_similar_lengths(list(range(12)), lengths, BLOCK_SIZE)) == MAX_DECODE_GROUPS
+
+
+@pytest.mark.parametrize("rows", [1, 16, 80])
+def test_rms_norm_gives_hugging_face_s_bits(rows: int) -> None:
+    """bfloat16: normalised in float32, rounded, then scaled (LlamaRMSNorm's order), at a decode's and a
+    prefill's number of rows."""
+    x = torch.randn(rows, 576, generator=torch.Generator().manual_seed(rows)).bfloat16() * 3
+    weight = (torch.rand(576, generator=torch.Generator().manual_seed(7)) + 0.5).bfloat16()
+    expected = weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).bfloat16()
+    torch.testing.assert_close(rms_norm(x, weight, 1e-5), expected, rtol=0, atol=0)

@@ -4,7 +4,6 @@ against the dequantized model's, within a tolerance stated per format."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import replace
 
 import gguf
@@ -147,7 +146,7 @@ def test_a_shape_the_int4_kernel_cannot_hold_is_kept_int8() -> None:
 
 def test_the_formats_said_are_the_formats_kept() -> None:
     """An intermediate size of 96 leaves down_proj's inputs off int4's multiple of 64: that weight is int8."""
-    config = dataclasses.replace(DUMMY_PRESETS["tiny"], intermediate_size=96)
+    config = replace(DUMMY_PRESETS["tiny"], intermediate_size=96)
     model = dummy_model(config, dtype=torch.bfloat16)
     model.keep_weights("int4", "int8")
     assert all(isinstance(layer.down_proj, Int8Weight) and isinstance(layer.o_proj, Int4Weight)
