@@ -5,7 +5,9 @@ memory bandwidth. This measures the machine's read bandwidth (summing a tensor f
 caches, with all the threads torch uses), the model's weight bytes in each dtype, and the engine's decode
 step (the `LLMEngine` itself, no server around it) at batch 1 and 32 with 128 tokens of context. The
 settings take turns, round after round (this machine's speed drifts by tens of percent within minutes); it
-prints the median of the rounds and the ratio step time / weight-read time. Usage:
+prints the median of the rounds and the ratio step time / weight-read time. Beside each step it times the
+weight products alone (every projection and the LM head, called as the step calls them, on the same number
+of rows): the part of the step the matmul kernels take, so what is left is the ops between them. Usage:
 
     python benchmarks/decode_step.py [--model default] [--dtypes float32,bfloat16] [--batches 1,32]
         [--weights bf16,int8,int4,auto,bf16:plain] [--rounds 3]
@@ -21,7 +23,7 @@ import torch
 
 from engines.reference.core.dense import PackedWeight
 from engines.reference.core.engine import LLMEngine
-from engines.reference.core.model import PROJECTIONS, LlamaModel
+from engines.reference.core.model import PROJECTIONS, LlamaModel, linear
 from engines.reference.core.quant import QuantizedWeight
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.weights import resolve_model
@@ -78,6 +80,22 @@ def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
     return statistics.median(times[2:]) * 1000
 
 
+def products_ms(model: LlamaModel, batch: int, repeats: int = 9) -> float:
+    """Median time of the step's weight products alone at `batch` rows: each layer's projections, in order,
+    then the LM head, every one on its own input of the right width (nothing else of the forward runs)."""
+    head = model.head if model.head is not None else model.embed_tokens if model.lm_head is None else model.lm_head
+    weights = [getattr(layer, name) for layer in model.layers for name in PROJECTIONS] + [head]
+    inputs = [torch.randn(batch, weight.shape[1], dtype=model.dtype) for weight in weights]
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first pass only warms up
+            start = time.perf_counter()
+            for x, weight in zip(inputs, weights, strict=True):
+                linear(x, weight)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) * 1000
+
+
 def unpacked(model: LlamaModel) -> LlamaModel:
     """The model with its dense weights back in the plain layout (F.linear's), to set against the packed."""
     def plain(weight: torch.Tensor | PackedWeight) -> torch.nn.Parameter:
@@ -124,11 +142,13 @@ def main() -> None:
             settings.append((label, model, engine))
     bandwidths = []
     steps: dict[tuple[int, int], list[float]] = {}
+    products: dict[tuple[int, int], list[float]] = {}
     for _ in range(args.rounds):
         bandwidths.append(read_bandwidth_gb_s())
         for batch in (int(b) for b in args.batches.split(",")):
-            for i, (_, _, engine) in enumerate(settings):
+            for i, (_, model, engine) in enumerate(settings):
                 steps.setdefault((i, batch), []).append(decode_step_ms(engine, batch))
+                products.setdefault((i, batch), []).append(products_ms(model, batch))
     bandwidth = statistics.median(bandwidths)
     print(f"memory read bandwidth: {bandwidth:.1f} GB/s ({torch.get_num_threads()} threads, median of {args.rounds} "
           f"rounds of 9 sums over 1 GiB)", flush=True)
@@ -141,6 +161,9 @@ def main() -> None:
             print(f"  batch {batch:3d}: decode step {step:6.1f} ms = {step / read_ms:4.2f} x the read of the "
                   f"{weights / 1e6:.0f} MB of weights it uses ({read_ms:.1f} ms), {batch / step * 1000:7.1f} "
                   f"tokens/s (rounds: {', '.join(f'{t:.1f}' for t in steps[(i, batch)])})", flush=True)
+            product = statistics.median(products[(i, batch)])
+            print(f"             weight products alone {product:6.1f} ms = {product / read_ms:4.2f} x the read, "
+                  f"{product / step:4.0%} of the step; the ops between them {step - product:5.1f} ms", flush=True)
 
 
 if __name__ == "__main__":
