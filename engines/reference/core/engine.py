@@ -71,6 +71,7 @@ class EngineStats:
     num_preemptions: int
     num_prompt_tokens: int  # prompts whose first token was generated
     num_generation_tokens: int
+    num_requests_added: int = 0  # every request accepted; each ends finished or aborted
 
 
 class LLMEngine:
@@ -99,6 +100,7 @@ class LLMEngine:
         self._requests: dict[str, RequestState] = {}
         self._num_prompt_tokens = 0
         self._num_generation_tokens = 0
+        self._num_requests_added = 0
 
     @classmethod
     def from_model(
@@ -179,6 +181,7 @@ class LLMEngine:
             stop_token_ids=frozenset(stop_ids),
             arrival_time_s=time.monotonic() if arrival_time_s is None else arrival_time_s,
         )
+        self._num_requests_added += 1
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its blocks; False if it is not known (finished or never added)."""
@@ -268,5 +271,6 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             num_prompt_tokens=self._num_prompt_tokens,
             num_generation_tokens=self._num_generation_tokens,
+            num_requests_added=self._num_requests_added,
         )
 

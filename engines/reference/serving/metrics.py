@@ -33,6 +33,8 @@ _COUNTERS = {
     "num_prompt_tokens": ("vllm:prompt_tokens", "Prefill tokens processed (prompts of requests that started)."),
     "num_generation_tokens": ("vllm:generation_tokens", "Generation tokens processed."),
     "num_preemptions": ("vllm:num_preemptions", "Cumulative number of preemptions (recompute)."),
+    # vLLM publishes no such count: our own name. Every request added ends as one vllm:request_success.
+    "num_requests_added": ("reference:requests_added", "Requests the engine accepted."),
 }
 
 

@@ -252,6 +252,7 @@ def test_add_request_rejects_bad_prompts(tiny: LoadedModel) -> None:
     engine.add_request("d", [1], SamplingParams())
     with pytest.raises(ValueError, match="already in use"):
         engine.add_request("d", [1], SamplingParams())
+    assert engine.stats().num_requests_added == 1  # a refused request was never accepted
 
 
 def test_batching_none_and_static_give_the_same_greedy_tokens(tiny: LoadedModel) -> None:
