@@ -86,7 +86,7 @@ class LoadedModel:
     model: LlamaModel
     tokenizer: Tokenizer | None  # None for dummy weights
     name: str  # for display: the file or directory name, or dummy:<preset>
-    weights: str = "bf16"  # how the weights are kept: bf16 (dense, in the model's dtype), int8, int4, or a mix
+    weights: str = "bf16"  # how the weights are kept: int8, int4, a mix, or dense by its dtype (bf16, fp32, fp16)
 
 
 # GGUF's quantized types -> the kernel that holds them (floats stay dense). A Q4_1 or Q4_0 block of 32 lies on
@@ -332,10 +332,16 @@ def _kept(loaded: LoadedModel, formats: tuple[str, str]) -> LoadedModel:
     return LoadedModel(loaded.model, loaded.tokenizer, loaded.name, kept_formats(loaded.model))
 
 
+DENSE_NAMES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}
+
+
 def kept_formats(model: LlamaModel) -> str:
-    """How the weights are kept, as kept (`int4+int8 layers` where a shape int4 can't hold was kept int8)."""
+    """How the weights are kept, as kept (`int4+int8 layers` where a shape int4 can't hold was kept int8); a
+    dense weight by the model's dtype (`bf16`, the name `--weights-dtype` gives it, or `fp32`, `fp16`)."""
+    dense = DENSE_NAMES.get(model.dtype, str(model.dtype).removeprefix("torch."))
+
     def kept(weight: object) -> str:
-        return weight.format if isinstance(weight, QuantizedWeight) else "bf16"
+        return weight.format if isinstance(weight, QuantizedWeight) else dense
 
     layers = "+".join(sorted({kept(getattr(layer, name)) for layer in model.layers for name in PROJECTIONS}))
     head = kept(model.head)

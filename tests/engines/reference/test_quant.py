@@ -160,6 +160,7 @@ def test_the_formats_said_are_the_formats_kept() -> None:
     assert torch.equal(head.linear(few), head.product(few))
     assert torch.equal(head.linear(more), dense_linear(more, head.dense))
     assert kept_formats(dummy_model("tiny", dtype=torch.bfloat16)) == "bf16"
+    assert kept_formats(dummy_model("tiny", dtype=torch.float32)) == "fp32"  # dense: named by its own dtype
 
 
 @pytest.fixture(scope="module")
