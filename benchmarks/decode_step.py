@@ -56,8 +56,7 @@ def weight_bytes(model: LlamaModel, batch: int = 1) -> int:
 
     layers = sum(read(getattr(layer, name)) for layer in model.layers for name in PROJECTIONS)
     norms = sum(read(weight) for name, weight in model.named_parameters() if name.endswith("norm"))
-    head = model.head if model.head is not None else model.embed_tokens if model.lm_head is None else model.lm_head
-    return layers + norms + read(head)
+    return layers + norms + read(model.head_weight)
 
 
 def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
@@ -83,8 +82,7 @@ def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
 def products_ms(model: LlamaModel, batch: int, repeats: int = 9) -> float:
     """Median time of the step's weight products alone at `batch` rows: each layer's projections, in order,
     then the LM head, every one on its own input of the right width (nothing else of the forward runs)."""
-    head = model.head if model.head is not None else model.embed_tokens if model.lm_head is None else model.lm_head
-    weights = [getattr(layer, name) for layer in model.layers for name in PROJECTIONS] + [head]
+    weights = [getattr(layer, name) for layer in model.layers for name in PROJECTIONS] + [model.head_weight]
     inputs = [torch.randn(batch, weight.shape[1], dtype=model.dtype) for weight in weights]
     times = []
     with torch.inference_mode():

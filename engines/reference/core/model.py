@@ -221,6 +221,11 @@ class LlamaModel(nn.Module):
             self.lm_head = None
 
     @property
+    def head_weight(self) -> torch.Tensor | PackedWeight | QuantizedWeight:
+        """The LM head as the forward reads it: as kept (quantized, packed), else the untied head or the embedding."""
+        return self.head if self.head is not None else self.embed_tokens if self.lm_head is None else self.lm_head
+
+    @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.dtype
 
@@ -250,8 +255,7 @@ class LlamaModel(nn.Module):
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
             h = layer(h, rope, plan, k_cache, v_cache)
         h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
-        head = self.head if self.head is not None else self.embed_tokens if self.lm_head is None else self.lm_head
-        return linear(h, head).float()  # (S, vocab)
+        return linear(h, self.head_weight).float()  # (S, vocab)
 
 
 def _kept_weight(weight: torch.Tensor, weight_format: str) -> torch.Tensor | PackedWeight | QuantizedWeight:
