@@ -1,30 +1,30 @@
 """One streaming request to an OpenAI-compatible server -> one `RequestRecord`.
 
 The client only takes timestamps and counts; it computes no metric. All requests of a level share one
-`aiohttp` session (see `open_session`). The per-chunk path does as little as possible: one clock read
-per network read (every event in a read arrived at the same moment), one JSON parse per event.
+`Session`: kept-alive connections (`loadgen.http1`) that hand each piece of an answer to its `_StreamState`
+inside the socket read that brought it, stamped with that read's time (every event in a read arrived at the
+same moment). Per streamed chunk: one clock read, httptools' C parser, one JSON parse per event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiohttp
 import orjson
-from aiohttp.client_proto import ResponseHandler
+from multidict import CIMultiDict
 from yarl import URL
 
+from loadgen.http1 import ConnectionLost, ConnectionPool, InvalidResponse, request_head
 from loadgen.sse import SSEParser
 from loadgen.token_counts import assign_chunk_tokens
 from loadgen.types import RequestRecord, RequestSpec
 
-READ_BUFFER_BYTES = 4 * 1024 * 1024
+API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 MAX_ERROR_BODY_BYTES = 2048
 THROTTLE_BACKOFF_S = (1.0, 2.0, 4.0, 8.0)  # when a 429 says nothing of when to come back
 RATE_LIMIT_ERROR_TYPES = {"rate_limit_exceeded", "rate_limit_error", "too_many_requests", "throttling_error"}
@@ -47,78 +47,28 @@ class ClientOptions:
     on_throttle: OnThrottle = "fail"
 
 
-def open_session(max_connections: int, options: ClientOptions) -> aiohttp.ClientSession:
-    """One session per level, sized to it: no connection set-up per request, a big read buffer, and a
-    hook that stamps the moment each request's body is handed to the socket."""
-    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=300)
-    # aiohttp has no public option for the connection protocol; without this the reads are stamped
-    # when the reading task runs (see _StampingHandler).
-    connector._factory = functools.partial(_StampingHandler, loop=asyncio.get_running_loop())
-    headers = {"Content-Type": "application/json"}
-    if options.api_key:
-        headers["Authorization"] = f"Bearer {options.api_key}"
-    sent_hook = aiohttp.TraceConfig()
-    sent_hook.on_request_chunk_sent.append(_on_body_sent)
-    sent_hook.on_connection_reuseconn.append(_on_connection_reused)
-    sent_hook.on_connection_create_start.append(_on_connection_create_start)
-    sent_hook.on_connection_create_end.append(_on_connection_create_end)
-    return aiohttp.ClientSession(
-        connector=connector,
-        headers=headers,
-        read_bufsize=READ_BUFFER_BYTES,
-        timeout=aiohttp.ClientTimeout(total=options.request_timeout_s),
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trace_configs=[sent_hook],
-    )
+class Session:
+    """What every request of a level shares: the endpoint's kept-alive connections and its request heads
+    (built once). `api_key` goes into the Authorization header and nowhere else."""
+
+    def __init__(self, options: ClientOptions) -> None:
+        self.pool = ConnectionPool(options.base_url)
+        headers = {"Content-Type": "application/json", "Accept": "*/*", "User-Agent": "llm-selfhost-bench"}
+        if options.api_key:
+            headers["Authorization"] = f"Bearer {options.api_key}"
+        base = options.base_url.rstrip("/")
+        self.heads = {api: request_head("POST", URL(base + path), headers) for api, path in API_PATHS.items()}
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.pool.close()
 
 
-class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, noting when the socket last gave data. That moment, not when the
-    reading task next runs, is when a chunk arrived: when 256 streams tick together, the tasks run one
-    after another for milliseconds, while the reads themselves take microseconds each."""
-
-    __slots__ = ("last_read",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.last_read = 0.0
-
-    def data_received(self, data: bytes) -> None:
-        self.last_read = time.perf_counter()
-        super().data_received(data)
-
-
-class _SendStamp:
-    """Passed through aiohttp's trace context: the clock to read and the record to stamp."""
-
-    __slots__ = ("record", "clock", "reused_connection", "connect_start")
-
-    def __init__(self, record: RequestRecord, clock: Callable[[], float]) -> None:
-        self.record = record
-        self.clock = clock
-        self.reused_connection = False
-        self.connect_start = 0.0
-
-
-async def _on_body_sent(session: object, trace: Any, params: object) -> None:
-    # On Python < 3.12 aiohttp writes the body from a separate task, which a busy client runs late;
-    # time to first token starts when the request really left, and the wait counts as send delay.
-    stamp: _SendStamp = trace.trace_request_ctx
-    stamp.record.send_s = stamp.clock()
-
-
-async def _on_connection_reused(session: object, trace: Any, params: object) -> None:
-    trace.trace_request_ctx.reused_connection = True
-
-
-async def _on_connection_create_start(session: object, trace: Any, params: object) -> None:
-    trace.trace_request_ctx.connect_start = time.perf_counter()
-
-
-async def _on_connection_create_end(session: object, trace: Any, params: object) -> None:
-    # A new connection: name resolution, TCP connect, and the TLS handshake for https.
-    stamp: _SendStamp = trace.trace_request_ctx
-    stamp.record.connect_ms = (time.perf_counter() - stamp.connect_start) * 1000
+def open_session(options: ClientOptions) -> Session:
+    """One session per level: connections are opened by its first requests and kept for the rest."""
+    return Session(options)
 
 
 def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
@@ -148,7 +98,7 @@ class StreamFailure(Exception):
 
 
 async def send_request(
-    session: aiohttp.ClientSession,
+    session: Session,
     spec: RequestSpec,
     options: ClientOptions,
     record: RequestRecord,
@@ -159,16 +109,15 @@ async def send_request(
     `keep_text`), and return it. Never raises for a server's fault: every failure becomes `ok=False`
     with an error kind. A throttled request is sent again (with `on_throttle="retry"`) after the wait the
     server asks for, as long as the answer can still come within the request timeout of the first try."""
-    path = "/chat/completions" if spec.api == "chat" else "/completions"
     body = build_body(spec, options)
     record.max_tokens = spec.max_tokens
-    url = _url(options.base_url + path)
     deadline_s = clock() + options.request_timeout_s
     record.attempts = 0
     while True:
-        _start_attempt(record, clock())
-        asked_wait_s = await _send_once(session, url, body, options, record, clock, keep_text,
-                                        deadline_s - record.dispatch_s)
+        started_s = clock()
+        _start_attempt(record, started_s)
+        asked_wait_s = await _send_once(session, spec.api, body, options, record, clock, keep_text,
+                                        deadline_s - started_s)
         if record.error_kind != "throttled":
             break
         record.throttled_attempts += 1
@@ -195,31 +144,63 @@ def _start_attempt(record: RequestRecord, now_s: float) -> None:
 
 
 async def _send_once(
-    session: aiohttp.ClientSession, url: URL, body: bytes, options: ClientOptions, record: RequestRecord,
+    session: Session, api: str, body: bytes, options: ClientOptions, record: RequestRecord,
     clock: Callable[[], float], keep_text: bool, timeout_s: float,
 ) -> float | None:
-    """One try (a stale kept-alive connection is tried again at once); returns a 429's Retry-After."""
+    """One try, within `timeout_s`; returns a 429's Retry-After. A kept-alive connection the server had
+    already closed (llama.cpp's server closes idle ones) answered nothing, so the request goes again at once,
+    as HTTP clients do: each stale try drops one dead connection, so one more try than there are idle
+    connections always reaches a fresh one, and a failure on a fresh connection is never retried."""
     stream = _StreamState(record, keep_text)
-    max_attempts = max_send_attempts(session)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    max_attempts = session.pool.num_idle + 1
     for attempt in range(1, max_attempts + 1):
         record.attempts += 1
-        stamp = _SendStamp(record, clock)
         try:
-            await _exchange(session, url, body, stamp, stream, clock, timeout_s)
+            await _exchange(session, api, body, stream, clock, deadline)
         except StreamFailure as failure:
             stream.fail(failure.kind, str(failure), failure.http_status)
             return failure.retry_after_s
         except asyncio.TimeoutError:
             stream.fail("timeout", f"no complete answer within {options.request_timeout_s:g} s")
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if attempt < max_attempts and _was_stale_connection(stamp, record):
+        except ConnectionLost as lost:
+            if attempt < max_attempts and lost.on_reused and not lost.had_status:
                 continue
-            kind = "stream_cut" if record.http_status is not None else "connection_error"
-            stream.fail(kind, f"{type(exc).__name__}: {exc}")
-        except aiohttp.ClientError as exc:
-            stream.fail("connection_error", f"{type(exc).__name__}: {exc}")
+            stream.fail("stream_cut" if lost.had_status else "connection_error", str(lost))
+        except InvalidResponse as exc:
+            stream.fail("invalid_response", str(exc))
+        except OSError as exc:  # refused, unreachable, name not found, TLS
+            pool = session.pool
+            stream.fail("connection_error", f"cannot connect to {pool.host}:{pool.port}: {type(exc).__name__}: {exc}")
         return None
     return None
+
+
+async def _exchange(
+    session: Session, api: str, body: bytes, stream: _StreamState, clock: Callable[[], float], deadline: float
+) -> None:
+    """One request on a kept-alive connection (or a new one, its set-up timed), its answer read into `stream`
+    as it arrives; raises what ended it early. `deadline` is on the loop's clock."""
+    loop = asyncio.get_running_loop()
+    record = stream.record
+    connection = session.pool.take_idle()
+    if connection is None:
+        started = time.perf_counter()
+        connection = await asyncio.wait_for(session.pool.open(), max(deadline - loop.time(), 0.0))
+        record.connect_ms = (time.perf_counter() - started) * 1000  # DNS, TCP connect, TLS handshake
+    exchange = connection.send(session.heads[api](len(body)) + body, stream)
+    record.send_s = clock()
+    stream.begin(time.perf_counter() - clock() + record.send_s)
+    timer = loop.call_at(deadline, connection.time_out)
+    try:
+        await exchange.outcome
+    except asyncio.CancelledError:
+        connection.abort()  # the answer is no longer wanted: the connection can't serve another
+        raise
+    finally:
+        timer.cancel()
+    stream.end(clock() - record.send_s)
 
 
 def _backoff_s(num_throttled: int) -> float:
@@ -227,14 +208,15 @@ def _backoff_s(num_throttled: int) -> float:
 
 
 def retry_after_s(headers: Any) -> float | None:
-    """The wait a 429 asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds or as an HTTP date."""
+    """The wait a 429 asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds or as an HTTP date.
+    `headers`: a case-insensitive mapping."""
     exact = headers.get("retry-after-ms")
     try:
         if exact is not None:
             return max(0.0, float(exact) / 1000)
     except ValueError:
         pass
-    value = headers.get("Retry-After")
+    value = headers.get("retry-after")
     if value is None:
         return None
     try:
@@ -248,72 +230,17 @@ def retry_after_s(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-async def _exchange(
-    session: aiohttp.ClientSession, url: URL, body: bytes, stamp: _SendStamp, stream: _StreamState,
-    clock: Callable[[], float], timeout_s: float,
-) -> None:
-    record = stamp.record
-    timeout = aiohttp.ClientTimeout(total=max(timeout_s, 1e-3))
-    async with session.post(url, data=body, trace_request_ctx=stamp, timeout=timeout) as response:
-        record.http_status = response.status
-        if response.status != 200:
-            raise await _http_failure(response)
-        await _read_stream(response, stream, record.send_s, clock)
-    stream.finish()
-
-
-@functools.lru_cache(maxsize=64)
-def _url(text: str) -> URL:
-    """Parsed once per endpoint: aiohttp would parse the string again for every request."""
-    return URL(text)
-
-
-def max_send_attempts(session: aiohttp.ClientSession) -> int:
-    """Each stale try drops one dead pooled connection, so one more try than the pool holds always reaches
-    a fresh connection (llama.cpp's server closes a kept-alive connection after a few requests, and several
-    can expire together)."""
-    return (session.connector.limit if session.connector and session.connector.limit else 100) + 1
-
-
-def _was_stale_connection(stamp: _SendStamp, record: RequestRecord) -> bool:
-    """A kept-alive connection the server had already closed (llama.cpp's server closes idle ones): nothing
-    was answered, so the request is sent again, as HTTP clients do; each try drops one dead pooled
-    connection, and a failure on a fresh connection is never retried."""
-    return stamp.reused_connection and record.http_status is None
-
-
-async def _http_failure(response: aiohttp.ClientResponse) -> StreamFailure:
-    raw = await response.content.read(MAX_ERROR_BODY_BYTES)
+def _http_failure(status: int, headers: CIMultiDict[str], raw: bytes) -> StreamFailure:
     message = raw.decode("utf-8", "replace").strip()
     try:
         message = orjson.loads(raw)["error"]["message"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         pass
-    if response.status == 429:
-        wait_s = retry_after_s(response.headers)
+    if status == 429:
+        wait_s = retry_after_s(headers)
         suffix = f" (retry after {wait_s:g} s)" if wait_s is not None else ""
         return StreamFailure("throttled", f"HTTP 429: {message}{suffix}", 429, wait_s)
-    return StreamFailure("http_error", f"HTTP {response.status}: {message}", response.status)
-
-
-async def _read_stream(
-    response: aiohttp.ClientResponse, stream: _StreamState, send_s: float, clock: Callable[[], float]
-) -> None:
-    parser = SSEParser()
-    content = response.content
-    protocol = response.connection.protocol if response.connection else None
-    reads = protocol if isinstance(protocol, _StampingHandler) else None
-    offset = time.perf_counter() - clock()  # read times are on perf_counter, records on `clock`
-    while not stream.done:
-        data = await content.readany()
-        if not data:
-            for event in parser.flush():
-                stream.on_event(event.event, event.data, clock() - send_s)
-            return
-        # Everything a wake-up returns was in hand at the latest read (never later than now).
-        arrived_s = (reads.last_read - offset if reads is not None else clock()) - send_s
-        for event in parser.feed(data):
-            stream.on_event(event.event, event.data, arrived_s)
+    return StreamFailure("http_error", f"HTTP {status}: {message}", status)
 
 
 def _is_rate_limit(error: Any) -> bool:
@@ -326,10 +253,16 @@ def _is_rate_limit(error: Any) -> bool:
 
 
 class _StreamState:
-    """Accumulates one stream's chunks into its record."""
+    """Accumulates one stream's chunks into its record: the `BodyReader` of its exchange, so each piece of
+    the answer is parsed inside the socket read that brought it (`loadgen.http1`)."""
 
     def __init__(self, record: RequestRecord, keep_text: bool = False) -> None:
         self.record = record
+        self.parser = SSEParser()
+        self.status: int | None = None
+        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.error_body = b""
+        self.send_perf_s = 0.0  # the request's send time on perf_counter, which stamps the reads
         self.text_parts: list[str] | None = [] if keep_text else None
         self.done = False
         self.saw_finish_reason = False
@@ -338,9 +271,44 @@ class _StreamState:
         self.usage_deltas: list[int] = []
         self.last_usage_tokens = 0
         self.has_continuous_usage = True
+        self.usage: dict[str, Any] | None = None  # the last usage the server sent
+        self.server_output_tokens: int | None = None  # its completion_tokens
         self.server_reasoning_tokens: int | None = None
 
+    def begin(self, send_perf_s: float) -> None:
+        """The request has left (at `send_perf_s`, on perf_counter): an answer to it may now arrive."""
+        self.send_perf_s = send_perf_s
+        self.parser = SSEParser()
+        self.status, self.error_body = None, b""
+
+    def on_head(self, status: int, headers: CIMultiDict[str]) -> None:
+        self.status = self.record.http_status = status
+        self.headers = headers
+
+    def on_body(self, data: bytes, read_s: float) -> bool:
+        if self.status != 200:  # an error's message, enough of it to say what went wrong
+            self.error_body += data
+            return len(self.error_body) >= MAX_ERROR_BODY_BYTES
+        arrived_s = read_s - self.send_perf_s
+        for event in self.parser.feed(data):
+            self.on_event(event.event, event.data, arrived_s)
+            if self.done:
+                return True
+        return False
+
+    def end(self, now_s: float) -> None:
+        """The answer is complete (or the reader had all it needed): judge it. `now_s` is since the send."""
+        if self.status != 200:
+            assert self.status is not None
+            raise _http_failure(self.status, self.headers, self.error_body[:MAX_ERROR_BODY_BYTES])
+        if not self.done:  # a last event without the blank line after it
+            for event in self.parser.flush():
+                self.on_event(event.event, event.data, now_s)
+        self.finish()
+
     def on_event(self, event_name: str | None, data: bytes, arrived_s: float) -> None:
+        """One event's data. Runs for every streamed chunk, inside the socket read: plain lookups, no calls
+        it can do without; the usage's details are read once, at the end (`_take_usage`)."""
         if data == b"[DONE]":
             self.done = True
             return
@@ -353,46 +321,52 @@ class _StreamState:
             message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
             kind = "throttled" if _is_rate_limit(error) else "stream_error"
             raise StreamFailure(kind, f"error event in stream: {message}")
-        self._on_chunk(payload, arrived_s)
-
-    def _on_chunk(self, payload: dict[str, Any], arrived_s: float) -> None:
-        choices = payload.get("choices")
         usage = payload.get("usage")
+        if usage:
+            self.usage = usage
+            completion = usage.get("completion_tokens")
+            if completion is not None:
+                self.server_output_tokens = completion
+        choices = payload.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
         text = ""
         is_reasoning = False
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                text = delta.get("content") or ""
-                if not text:
-                    text = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                    is_reasoning = bool(text)
-            text = text or choice.get("text") or ""
-            if choice.get("finish_reason"):
-                self.saw_finish_reason = True
-                self.record.finish_reason = choice["finish_reason"]
-        if usage:
-            self._on_usage(usage)
-        elif text:
+        delta = choice.get("delta")
+        if delta:
+            text = delta.get("content")
+            if not text:
+                text = delta.get("reasoning_content") or delta.get("reasoning")
+                is_reasoning = bool(text)
+        text = text or choice.get("text")
+        if choice.get("finish_reason"):
+            self.saw_finish_reason = True
+            self.record.finish_reason = choice["finish_reason"]
+        if not text:
+            return
+        if not usage:
             self.has_continuous_usage = False
-        if text:
-            if is_reasoning:
-                self.reasoning_chunks.append(len(self.chunk_chars))
-            elif self.record.first_visible_s is None:
-                self.record.first_visible_s = arrived_s
-            self.record.chunk_times_s.append(arrived_s)
-            self.chunk_chars.append(len(text))
-            if self.text_parts is not None:
-                self.text_parts.append(text)
-            self.usage_deltas.append(self._take_usage_delta())
-
-    def _on_usage(self, usage: dict[str, Any]) -> None:
         record = self.record
+        if is_reasoning:
+            self.reasoning_chunks.append(len(self.chunk_chars))
+        elif record.first_visible_s is None:
+            record.first_visible_s = arrived_s
+        record.chunk_times_s.append(arrived_s)
+        self.chunk_chars.append(len(text))
+        if self.text_parts is not None:
+            self.text_parts.append(text)
+        current = self.server_output_tokens or 0
+        self.usage_deltas.append(current - self.last_usage_tokens)
+        self.last_usage_tokens = current
+
+    def _take_usage(self) -> None:
+        """The server's last usage report, as the record keeps it."""
+        record, usage = self.record, self.usage
+        record.server_output_tokens = self.server_output_tokens
+        if usage is None:
+            return
         record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
-        completion = usage.get("completion_tokens")
-        if completion is not None:
-            record.server_output_tokens = completion
         details = usage.get("prompt_tokens_details") or {}
         if details.get("cached_tokens") is not None:
             record.cached_tokens = details["cached_tokens"]
@@ -400,13 +374,9 @@ class _StreamState:
         if reasoning is not None:
             self.server_reasoning_tokens = reasoning
 
-    def _take_usage_delta(self) -> int:
-        current = self.record.server_output_tokens or 0
-        delta, self.last_usage_tokens = current - self.last_usage_tokens, current
-        return delta
-
     def finish(self) -> None:
         record = self.record
+        self._take_usage()
         if not self.done and not self.saw_finish_reason:
             self.fail("stream_cut", "stream ended before [DONE] or a finish_reason")
             return
@@ -433,6 +403,7 @@ class _StreamState:
 
     def fail(self, kind: str, message: str, http_status: int | None = None) -> None:
         record = self.record
+        self._take_usage()
         record.ok = False
         record.error_kind = kind
         record.error_message = message[:500]

@@ -19,11 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-import aiohttp
 import numpy as np
 
 from loadgen.arrivals import Level, arrival_offsets
-from loadgen.client import ClientOptions, open_session, send_request
+from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
 from loadgen.types import ClientCheck, RequestRecord, RequestSpec, WorkerRun
@@ -223,10 +222,9 @@ async def run_level(
 ) -> LevelRun:
     level = ctx.level
     requests = StreamRequests(level, specs) if isinstance(specs, Iterator) else specs
-    max_connections = ctx.num_users if level.kind == "concurrency" else (ctx.max_concurrency or 0)
     started_at = time.time()
     network = await probe_connect(ctx.options.base_url)
-    async with open_session(max_connections, ctx.options) as session:
+    async with open_session(ctx.options) as session:
         ctx.clock_origin = time.perf_counter()
         num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
         with _quiet_garbage_collector():
@@ -253,7 +251,7 @@ async def run_level(
 
 
 async def _warm_up(
-    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, specs: Iterator[RequestSpec]
+    ctx: LevelContext, session: Session, bounds: LevelBounds, specs: Iterator[RequestSpec]
 ) -> int:
     level = ctx.level
     default = ctx.num_users if level.kind == "concurrency" else (ctx.max_concurrency or 8)
@@ -270,7 +268,7 @@ async def _warm_up(
 
 
 async def _closed_loop(
-    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, requests: LevelRequests
+    ctx: LevelContext, session: Session, bounds: LevelBounds, requests: LevelRequests
 ) -> None:
     max_requests = ctx.share.max_requests if ctx.share is not None else bounds.max_requests
     budget = itertools.count() if max_requests is None else iter(range(max_requests))
@@ -316,7 +314,7 @@ def conversations(specs: Iterator[RequestSpec]) -> Iterator[list[RequestSpec]]:
 
 
 async def _open_loop(
-    ctx: LevelContext, session: aiohttp.ClientSession, bounds: LevelBounds, requests: LevelRequests
+    ctx: LevelContext, session: Session, bounds: LevelBounds, requests: LevelRequests
 ) -> None:
     cap = asyncio.Semaphore(ctx.max_concurrency) if ctx.max_concurrency else None
     tasks: set[asyncio.Task[None]] = set()

@@ -22,6 +22,9 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes from the wire; return the events they complete (maybe none)."""
+        if (not self._buffer and chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
+                and chunk.count(b"\n") == 2 and b"\r" not in chunk):
+            return [SSEEvent(None, chunk[6:-2])]  # one whole event, alone: what a server sends per token
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             buffer = self._normalize_newlines(buffer)

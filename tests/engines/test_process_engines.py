@@ -64,7 +64,7 @@ def one_chat_request(endpoint: Endpoint, max_tokens: int = 5) -> RequestRecord:
 
     async def send() -> RequestRecord:
         options = ClientOptions(endpoint.base_url, endpoint.model)
-        async with open_session(1, options) as session:
+        async with open_session(options) as session:
             record = RequestRecord("test", "standin", "1", request_id=0, send_s=0.0)
             spec = RequestSpec(0, "chat", "say something short", max_tokens)
             return await send_request(session, spec, options, record, time.perf_counter)
