@@ -149,7 +149,8 @@ def main() -> None:
     assert s.client is not None
     print(f"c={args.users}: {s.num_ok} requests, TTFT p50/p99 {s.ttft_ms.p50:.2f}/{s.ttft_ms.p99:.2f} ms, "
           f"ITL p50/p99 {s.itl_ms.p50:.2f}/{s.itl_ms.p99:.2f} ms, {s.mean_in_flight:.1f} in flight, "
-          f"loop lag p99 {s.client.loop_lag_p99_ms:.1f} ms (max {s.client.loop_lag_max_ms:.1f}), cpu {s.client.client_cpu_fraction:.0%}")
+          f"loop lag p99 {s.client.loop_lag_p99_ms:.1f} ms (max {s.client.loop_lag_max_ms:.1f}), "
+          f"cpu {s.client.client_cpu_fraction:.0%}")
 
 
 if __name__ == "__main__":

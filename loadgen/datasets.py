@@ -55,8 +55,8 @@ class TokenizerFile:
 
 
 def random_text(rng: np.random.Generator, num_words: int) -> str:
-    picks = rng.integers(0, len(WORDS), size=num_words)
-    return " ".join(WORDS[i] for i in picks)
+    picks = rng.integers(0, len(WORDS), size=num_words).tolist()
+    return " ".join([WORDS[i] for i in picks])
 
 
 def make_prompt(rng: np.random.Generator, num_tokens: int, tokenizer: PromptTokenizer | None) -> str:

@@ -20,11 +20,19 @@ class SSEParser:
     def __init__(self) -> None:
         self._buffer = b""
 
+    def lone_data(self, chunk: bytes) -> bytes | None:
+        """The data of `chunk` when it is one whole `data:` event and nothing is held from earlier reads (what
+        a server sends per token: the fast path, a few byte scans); None otherwise (then `feed` it)."""
+        if (chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n")
+                and not self._buffer and chunk.find(b"\r") < 0):
+            return chunk[6:-2]
+        return None
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes from the wire; return the events they complete (maybe none)."""
-        if (not self._buffer and chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
-                and chunk.count(b"\n") == 2 and b"\r" not in chunk):
-            return [SSEEvent(None, chunk[6:-2])]  # one whole event, alone: what a server sends per token
+        lone = self.lone_data(chunk)
+        if lone is not None:
+            return [SSEEvent(None, lone)]
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             buffer = self._normalize_newlines(buffer)

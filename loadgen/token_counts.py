@@ -22,7 +22,7 @@ def assign_chunk_tokens(
 
 
 def _deltas_are_consistent(deltas: list[int], server_total: int | None) -> bool:
-    if any(d < 0 for d in deltas) or sum(deltas) == 0:
+    if not deltas or min(deltas) < 0 or sum(deltas) == 0:
         return False
     return server_total is None or sum(deltas) == server_total
 
