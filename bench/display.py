@@ -156,13 +156,13 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
     ready, and the objective's figure against the default's; the best marked."""
     table = Table(title=f"configurations, best by {objective} marked *")
     for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
-                 "TTFT p50 lowest load", "peak out tok/s", "vs default"):
-        table.add_column(name, justify="left" if name in ("configuration", "status") else "right")
+                 "TTFT p50 lowest load", "peak out tok/s", "vs default", "note"):
+        table.add_column(name, justify="left" if name in ("configuration", "status", "note") else "right")
     for r in results:
         mark = " *" if chosen is not None and r.name == chosen.name else ""
         table.add_row(r.name + mark, r.status.split(":")[0], _fmt(r.capacity_load, 1), _fmt(r.output_tokens_per_s),
                       _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s), _fmt(r.ttft_p50_ms_lowest_load),
-                      _fmt(r.peak_output_tokens_per_s), _against(r, default, objective))
+                      _fmt(r.peak_output_tokens_per_s), _against(r, default, objective), r.busy or "")
     return table
 
 

@@ -33,7 +33,7 @@ from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
 from loadgen.telemetry import gpu_view, server_view
-from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, ServerView, WorkerRun
+from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, MachineLoad, ServerView, WorkerRun
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -155,10 +155,11 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
     # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
     for level, columns in columns_by_level(read_jsonl(records_path)).items():
         row = level_runs.get(level, {})
-        client, network = row.get("client"), row.get("network")
+        client, network, machine = row.get("client"), row.get("network"), row.get("machine")
         workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
         summaries.append(summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
-                                           ConnectProbe(**network) if network else None, workers))
+                                           ConnectProbe(**network) if network else None, workers,
+                                           MachineLoad.from_json(machine) if machine else None))
     return summaries
 
 

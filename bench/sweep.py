@@ -18,6 +18,7 @@ that said, instead of a trail of failed levels.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from bench import rundir
 from bench.capacity import CapacityDriver, CapacityPlan
@@ -36,7 +38,7 @@ from engines.endpoint import context_length, read_api_key
 from engines.launch import EngineGone, still_answering
 from engines.replicas import replica_metrics_urls
 from engines.types import Endpoint, EngineInfo, Launcher
-from loadgen import telemetry
+from loadgen import machine, telemetry
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
@@ -49,6 +51,7 @@ from loadgen.types import LevelSummary, RequestRecord, RequestSpec
 
 TOOL_NAME = "llm-selfhost-bench"
 WARMUP_SEED_OFFSET = 1_000_003
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 class SweepProgress(Protocol):
     def level_started(self, level: Level, bounds: LevelBounds) -> None: ...
@@ -225,6 +228,7 @@ def _run_levels(
     warmup_specs = skip_sent(iter_requests(warmup_workload, plan.tokenizer), resume and resume.last_warmup_id)
     driver = make_driver(plan, run_dir, resume)
     clients = replace(plan.clients, log_path=run_dir / rundir.WORKERS_LOG)
+    own_processes = _own_processes(endpoint, engine)
     first = True
     with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
             JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels, clients.session():
@@ -242,6 +246,7 @@ def _run_levels(
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
                                on_record=progress.request_finished if progress else None, keep_text=workload.keep_text)
             level_specs = plan.requests(cycle=False) if level.kind == "trace" else specs
+            before = machine.snapshot()
             if clients.is_split:
                 split = run_split_level(ctx, bounds, level_specs, warmup_specs, clients)
                 level_run = split.level_run
@@ -249,11 +254,27 @@ def _run_levels(
                     specs = itertools.chain(split.unsent, specs)
             else:
                 level_run = run_level_blocking(ctx, bounds, level_specs, warmup_specs)
+            after = machine.snapshot()
+            if before and after:
+                level_run = replace(level_run, machine=machine.load_between(before, after, own_processes,
+                                                                          level_run.workers))
             levels.write(asdict(level_run))
             summary = _find(_resummarize(run_dir), level_run)
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
+
+
+def _own_processes(endpoint: Endpoint, engine: EngineInfo) -> list[int]:
+    """The run's own processes, told apart from other work on the machine: this command (with its children: a
+    local engine, client workers, the telemetry sampler), a container engine, an endpoint's server here."""
+    roots = [os.getpid()]
+    if isinstance(engine.details.get("pid"), int):
+        roots.append(engine.details["pid"])
+    url = urlsplit(endpoint.base_url)
+    if url.hostname in LOCAL_HOSTS and url.port and (listener := machine.listening_pid(url.port)):
+        roots.append(listener)
+    return roots
 
 
 @contextmanager

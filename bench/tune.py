@@ -18,7 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.rundir import read_level_runs
 from common.validation import parse_yaml_mapping
+from loadgen.metrics import MAX_OUTSIDE_CORES
+from loadgen.types import MachineLoad
 
 TUNE_FILE = "tune.json"
 OBJECTIVES = ("capacity", "cost", "throughput", "latency")
@@ -147,6 +150,7 @@ class ConfigResult:
     peak_output_tokens_per_s: float | None = None
     curve: tuple[tuple[float, float], ...] = ()  # per level: (1000 / TPOT p50, output tokens/s per GPU)
     why_no_point: str | None = None
+    busy: str | None = None  # levels that shared the machine with other work, said as the level notes say it
 
 
 def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
@@ -158,8 +162,10 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
     report_path, run_path = run_dir / "report.json", run_dir / "run.json"
     run = json.loads(run_path.read_text()) if run_path.is_file() else {}
     ready = (run.get("engine") or {}).get("details", {}).get("time_to_ready_s")
+    busy = busy_note(run_dir)
     if not report_path.is_file():
-        return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written"})
+        return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written",
+                               "busy": busy})
     report = json.loads(report_path.read_text())
     engine = report["engines"][0]  # one engine: the configuration's
     point = engine.get("operating_point") or {}
@@ -177,7 +183,20 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         per_hour / (tokens * 3600) * 1e6 if per_hour and tokens else None, ready,
         (first.get("ttft_ms") or {}).get("p50"), max((lv.get("output_tokens_per_s") or 0 for lv in levels),
                                                      default=None),
-        curve, engine.get("no_operating_point_reason"))
+        curve, engine.get("no_operating_point_reason"), busy)
+
+
+def busy_note(run_dir: Path) -> str | None:
+    """The levels of a run that shared the machine with other work (past the level notes' threshold), and the
+    most that went elsewhere: a configuration measured on a busy machine reads lower than it is."""
+    loads = {label: MachineLoad.from_json(row["machine"]) for label, row in read_level_runs(run_dir).items()
+             if row.get("machine")}
+    taken = {label: max(m.others_cores, m.steal_cores) for label, m in loads.items()}
+    busy = {label: cores for label, cores in taken.items() if cores > MAX_OUTSIDE_CORES}
+    if not busy:
+        return None
+    return (f"machine busy during {', '.join(busy)}: up to {max(busy.values()):.2f} of a core went to other work "
+            "(see its report)")
 
 
 def best(results: list[ConfigResult], objective: str) -> ConfigResult | None:

@@ -263,8 +263,10 @@ def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
 def _details(spec: ContainerSpec, image: Any, container: Any, time_to_ready_s: float) -> dict[str, Any]:
     """What run.json keeps of a container: its image (and digests), name, command and GPUs, and the names
     of its environment variables only: their values (tokens) are never written."""
+    container.reload()  # its main process, once it runs: the run's own, not other work on the machine
     return {"image": spec.image, "image_id": image.id, "image_digests": image.attrs.get("RepoDigests", []),
-            "container": container.name, "command": spec.command, "gpus": spec.gpus,
+            "container": container.name, "pid": container.attrs.get("State", {}).get("Pid") or None,
+            "command": spec.command, "gpus": spec.gpus,
             "time_to_ready_s": round(time_to_ready_s, 3), "env_names": sorted(spec.env)}
 
 

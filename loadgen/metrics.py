@@ -39,6 +39,7 @@ from loadgen.types import (
     ClientCheck,
     Distribution,
     LevelSummary,
+    MachineLoad,
     RequestRecord,
     UsageTotals,
     WorkerRun,
@@ -50,6 +51,7 @@ MAX_CLIENT_CPU_FRACTION = 0.95
 MIN_HELD_CONCURRENCY_FRACTION = 0.9
 MAX_STARVED_FRACTION = 0.01  # of a worker's measured time, waiting for requests from the driver
 MAX_CLOCK_UNCERTAINTY_MS = 1.0
+MAX_OUTSIDE_CORES = 0.25  # of a core, used by processes outside the run (or stolen) before a level says so
 
 
 def summarize(
@@ -65,10 +67,11 @@ def summarize(
 
 def summarize_columns(
     c: LevelColumns, slo: SLO | None = None, client: ClientCheck | None = None, network: ConnectProbe | None = None,
-    workers: Sequence[WorkerRun] = (),
+    workers: Sequence[WorkerRun] = (), machine: MachineLoad | None = None,
 ) -> LevelSummary:
     """Summarize one level's measured requests, held as columns (`loadgen.columns`). A level split across
-    client processes (`workers`) is judged by each process's own check."""
+    client processes (`workers`) is judged by each process's own check; what else the machine did meanwhile
+    (`machine`) is noted above a share of a core."""
     if workers:
         client = worst_check([w.client for w in workers])
     n = len(c)
@@ -125,10 +128,11 @@ def summarize_columns(
         usage=usage_totals(c, ok),
         tcp_connect_ms=network.tcp_ms if network else None,
         tls_handshake_ms=network.tls_ms if network else None,
-        client=client, num_workers=max(len(workers), 1),
+        client=client, machine=machine, num_workers=max(len(workers), 1),
     )
     reasons = _invalid_reasons(summary, workers)
-    return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=_worker_notes(workers))
+    notes = _worker_notes(workers) + machine_notes(machine)
+    return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=notes)
 
 
 def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:
@@ -336,6 +340,23 @@ def _worker_notes(workers: Sequence[WorkerRun]) -> list[str]:
         notes.append(f"{len(niced)} client worker(s) ran at nice {max(w.nice for w in niced)} (Ray starts its "
                      "workers so unless the cluster was started with RAY_worker_niceness=0): where they share "
                      "cores with other work they read tokens late")
+    return notes
+
+
+def machine_notes(machine: MachineLoad | None) -> list[str]:
+    """A level that shared the machine's cores with other work (or lost them to the hypervisor) may read lower
+    than the engine and the client can do: said above MAX_OUTSIDE_CORES of a core."""
+    if machine is None:
+        return []
+    notes = []
+    if machine.others_cores > MAX_OUTSIDE_CORES:
+        busiest = ", ".join(f"{p.name} (pid {p.pid}) {p.cpu_s / machine.wall_s:.2f}" for p in machine.busiest)
+        notes.append(f"the machine was busy: processes outside the run used {machine.others_cores:.2f} of a core "
+                     f"while this level ran{f' ({busiest})' if busiest else ''}, so its figures may be lower "
+                     "than the engine and the client can do")
+    if machine.steal_cores > MAX_OUTSIDE_CORES:
+        notes.append(f"the hypervisor held back {machine.steal_cores:.2f} of a core (steal time) while this level "
+                     "ran, so its figures may be lower than this machine can do")
     return notes
 
 

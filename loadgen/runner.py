@@ -25,7 +25,7 @@ from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
-from loadgen.types import ClientCheck, RequestRecord, RequestSpec, WorkerRun
+from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
 WARMUP_MAX_TOKENS = 8
 LOOP_LAG_PERIOD_S = 0.01
@@ -61,6 +61,7 @@ class LevelRun:
     measured_at_unix_s: float | None = None
     network: ConnectProbe | None = None  # TCP connect and TLS handshake to the endpoint, probed first
     workers: list[WorkerRun] = field(default_factory=list)  # a level split across client processes: each one
+    machine: MachineLoad | None = None  # what else this machine did while the level ran
 
 
 @dataclass(frozen=True)

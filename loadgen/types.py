@@ -156,6 +156,39 @@ class WorkerRun:
         return cls(**{**known, "client": ClientCheck(**known["client"])})
 
 
+@dataclass(frozen=True)
+class BusyProcess:
+    """A process outside the run, and the CPU it used while a level ran."""
+
+    pid: int
+    name: str
+    cpu_s: float
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """What else the machine did while a level ran (`loadgen.machine`): the CPU seconds processes outside the
+    run used, and the seconds the hypervisor gave this machine's cores to someone else (steal)."""
+
+    wall_s: float
+    others_cpu_s: float
+    steal_s: float
+    busiest: list[BusyProcess] = field(default_factory=list)  # the outside processes that used the most
+
+    @property
+    def others_cores(self) -> float:
+        return self.others_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def steal_cores(self) -> float:
+        return self.steal_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> MachineLoad:
+        return cls(raw["wall_s"], raw["others_cpu_s"], raw["steal_s"],
+                   [BusyProcess(**p) for p in raw.get("busiest") or []])
+
+
 def worst_check(checks: list[ClientCheck]) -> ClientCheck:
     """Several processes' checks as one figure each: the worst of theirs (the summary's judgement is still
     made per process)."""
@@ -270,6 +303,7 @@ class LevelSummary:
     tls_handshake_ms: float | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)
     client: ClientCheck | None = None  # several client processes: each figure the worst of theirs
+    machine: MachineLoad | None = None  # what else this machine did meanwhile (None: not read)
     num_workers: int = 1  # client processes the level was split across
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
@@ -282,7 +316,10 @@ class LevelSummary:
         row: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (Distribution, ClientCheck, UsageTotals)):
+            if isinstance(value, MachineLoad) or f.name == "machine":  # the same columns whether read or not
+                row["others_cpu_cores"] = round(value.others_cores, 3) if value else None
+                row["steal_cores"] = round(value.steal_cores, 3) if value else None
+            elif isinstance(value, (Distribution, ClientCheck, UsageTotals)):
                 for g in fields(value):
                     key = g.name if isinstance(value, ClientCheck) else f"{f.name}_{g.name}"
                     row[key] = getattr(value, g.name)
