@@ -168,10 +168,12 @@ class Connection(asyncio.Protocol):
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.finish()
-        if self.parser.should_keep_alive() and self.transport is not None:
-            self.pool.put(self)
-        elif self.transport is not None:
+        if self.transport is None:
+            return
+        if exchange is None or not self.parser.should_keep_alive():  # an answer nobody asked for: drop it
             self.transport.close()
+        else:
+            self.pool.put(self)
 
     def _fail(self, failure: BaseException) -> None:
         exchange, self.exchange = self.exchange, None

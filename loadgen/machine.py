@@ -88,16 +88,17 @@ def load_between(before: MachineSnapshot, after: MachineSnapshot, own_roots: Ite
                  workers: Iterable[WorkerRun] = ()) -> MachineLoad:
     """What processes outside the run (everything but `own_roots` and their descendants) and the hypervisor
     took between the two snapshots, in CPU seconds over the wall time between them. Client workers of the
-    level that ran here outside that tree (Ray's actors, gone by the second snapshot) are the run's too: their
-    own measure of their CPU is taken off."""
+    level that ran here outside that tree (Ray's actors) are the run's too; one already gone by the second
+    snapshot counts the CPU it measured itself."""
     roots = list(own_roots)
-    own = descendants(before.processes, roots) | descendants(after.processes, roots)
+    tree = descendants(before.processes, roots) | descendants(after.processes, roots)
+    here = socket.gethostname()
+    workers_here = [w for w in workers if w.host == here and w.pid not in tree]
+    own = tree | {w.pid for w in workers_here}
     deltas = {pid: process.cpu_s - (before.processes[pid].cpu_s if pid in before.processes else 0.0)
               for pid, process in after.processes.items()}
-    here = socket.gethostname()
-    own_s = sum(deltas.get(pid, 0.0) for pid in own) + sum(
-        w.client.client_cpu_fraction * w.wall_s for w in workers if w.host == here and w.pid not in own)
-    own |= {w.pid for w in workers if w.host == here}
+    gone_s = sum(w.client.client_cpu_fraction * w.wall_s for w in workers_here if w.pid not in after.processes)
+    own_s = sum(deltas.get(pid, 0.0) for pid in own) + gone_s
     others_s = max(0.0, after.busy_s - before.busy_s - own_s)
     busiest = sorted(((pid, seconds) for pid, seconds in deltas.items() if pid not in own and seconds > 0),
                      key=lambda item: -item[1])[:NUM_BUSIEST]

@@ -54,7 +54,8 @@ def test_descendants_follow_every_generation_from_the_roots() -> None:
 
 def test_outside_is_the_machines_busy_time_less_the_runs_own_processes_and_its_workers_here() -> None:
     """Worked by hand: 10 s busy in all; the run (bench and its engine) 3 + 2 s, a Ray actor of this host (not our
-    child, gone or not) 0.25 of a core over 4 s; what is left, 4 s, is outside, and stress is the one named."""
+    child) 1 s, or when gone its own measure, 0.25 of a core over 4 s; what is left, 4 s, is outside, and stress
+    is the one named."""
     def times(pid: int, parent: int, name: str, cpu_s: float) -> ProcessTimes:
         return ProcessTimes(pid, parent, name, cpu_s)
 
@@ -71,6 +72,8 @@ def test_outside_is_the_machines_busy_time_less_the_runs_own_processes_and_its_w
     load = load_between(before, after, [10], [actor, elsewhere])
     assert load == MachineLoad(wall_s=10.0, others_cpu_s=4.0, steal_s=0.5, busiest=[BusyProcess(20, "stress", 2.0)])
     assert load.others_cores == 0.4 and load.steal_cores == 0.05
+    gone = replace(after, processes={pid: p for pid, p in after.processes.items() if pid != 30})
+    assert load_between(before, gone, [10], [actor]).others_cpu_s == 4.0  # its own measure: 0.25 x 4 s
 
 
 def test_the_listener_of_a_port_is_found() -> None:
