@@ -102,15 +102,6 @@ class RequestRecord:
         """How long throttling kept the request from being answered: first try -> the try that was answered."""
         return self.send_s - self.first_send_s if self.first_send_s is not None else 0.0
 
-    @property
-    def num_throttle_retries(self) -> int:
-        return self.throttled_attempts - (1 if self.error_kind == "throttled" else 0)
-
-    @property
-    def e2e_s(self) -> float | None:
-        """Send -> last generated content (a trailing usage chunk or [DONE] is not content)."""
-        return self.chunk_times_s[-1] if self.chunk_times_s else None
-
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

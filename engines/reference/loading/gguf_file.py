@@ -133,13 +133,6 @@ def unpermute_rope_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     return rows.transpose(1, 2).reshape(weight.shape)
 
 
-def permute_rope_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """llama.cpp's permutation itself (HF -> GGUF); the inverse of unpermute_rope_rows."""
-    out_features = weight.shape[0]
-    rows = weight.reshape(num_heads, 2, out_features // num_heads // 2, *weight.shape[1:])
-    return rows.transpose(1, 2).reshape(weight.shape)
-
-
 def hf_name(gguf_name: str) -> str | None:
     """Hugging Face name of a GGUF tensor, or None for tensors the model does not use."""
     if gguf_name in _GLOBAL_NAMES:
