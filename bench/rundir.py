@@ -19,6 +19,7 @@ Everything in a report can be recomputed from these files alone.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -28,7 +29,7 @@ from typing import Any
 import orjson
 
 from loadgen.columns import columns_by_level
-from loadgen.metrics import summarize_columns
+from loadgen.metrics import cut_short, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
@@ -157,9 +158,10 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
         row = level_runs.get(level, {})
         client, network, machine = row.get("client"), row.get("network"), row.get("machine")
         workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
-        summaries.append(summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
-                                           ConnectProbe(**network) if network else None, workers,
-                                           MachineLoad.from_json(machine) if machine else None))
+        summary = summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
+                                    ConnectProbe(**network) if network else None, workers,
+                                    MachineLoad.from_json(machine) if machine else None)
+        summaries.append(summary if row else cut_short(summary, columns))
     return summaries
 
 
@@ -233,14 +235,16 @@ def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
 
 def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
     """summary.json and summary.csv; and repeats.json when a level was measured more than once."""
-    rows = [s.flat() for s in summaries]
-    (run_dir / SUMMARY_JSON).write_text(json.dumps([asdict(s) for s in summaries], indent=2) + "\n")
+    rows = [s.flat() for s in summaries]  # every file's content made before any is written
+    as_json = json.dumps([asdict(s) for s in summaries], indent=2) + "\n"
     repeated = [asdict(r) for r in aggregate(summaries) if r.num_repeats > 1]
-    if repeated:
-        (run_dir / REPEATS_FILE).write_text(json.dumps(repeated, indent=2) + "\n")
-    if not rows:
-        return
-    with (run_dir / SUMMARY_CSV).open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    table = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(table, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    (run_dir / SUMMARY_JSON).write_text(as_json)
+    if repeated:
+        (run_dir / REPEATS_FILE).write_text(json.dumps(repeated, indent=2) + "\n")
+    if rows:
+        (run_dir / SUMMARY_CSV).write_text(table.getvalue())

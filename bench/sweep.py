@@ -222,7 +222,7 @@ def _run_levels(
         on_throttle=plan.on_throttle(),
     )
     workload = plan.scenario.workload
-    specs = skip_sent(plan.requests(), resume and resume.last_request_id, resume and resume.last_conversation_id)
+    specs = skip_sent(plan.requests(), resume and resume.last_request_id)
     # Warm-up requests are synthetic, from a seed of their own: a dataset's prompts are all kept for measuring.
     warmup_workload = workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET, "dataset": None})
     warmup_specs = skip_sent(iter_requests(warmup_workload, plan.tokenizer), resume and resume.last_warmup_id)

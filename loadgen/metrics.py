@@ -343,6 +343,16 @@ def _worker_notes(workers: Sequence[WorkerRun]) -> list[str]:
     return notes
 
 
+def cut_short(summary: LevelSummary, c: LevelColumns) -> LevelSummary:
+    """A level with records but no end (the sweep was stopped or killed, or a client worker died): its figures
+    come from the requests that finished, and it is not a valid measurement of the load it was meant to be."""
+    workers = c.counts["worker"]
+    reason = ("cut short before its end (the sweep was stopped, or a client worker died): figures from the "
+              "requests that finished")
+    return replace(summary, is_valid=False, invalid_reasons=[*summary.invalid_reasons, reason],
+                   num_workers=max(len(np.unique(workers[workers != NONE])), 1))
+
+
 def machine_notes(machine: MachineLoad | None) -> list[str]:
     """A level that shared the machine's cores with other work (or lost them to the hypervisor) may read lower
     than the engine and the client can do: said above MAX_OUTSIDE_CORES of a core."""

@@ -310,10 +310,12 @@ class LevelSummary:
             if isinstance(value, MachineLoad) or f.name == "machine":  # the same columns whether read or not
                 row["others_cpu_cores"] = round(value.others_cores, 3) if value else None
                 row["steal_cores"] = round(value.steal_cores, 3) if value else None
-            elif isinstance(value, (Distribution, ClientCheck, UsageTotals)):
+            elif f.name == "client":  # the same columns whether the level has the client's check or not
+                for g in fields(ClientCheck):
+                    row[g.name] = getattr(value, g.name) if value is not None else None
+            elif isinstance(value, (Distribution, UsageTotals)):
                 for g in fields(value):
-                    key = g.name if isinstance(value, ClientCheck) else f"{f.name}_{g.name}"
-                    row[key] = getattr(value, g.name)
+                    row[f"{f.name}_{g.name}"] = getattr(value, g.name)
             elif isinstance(value, dict):
                 row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
             elif isinstance(value, list):

@@ -36,6 +36,12 @@ class ScriptedServer:
         response = httpx.put(self.base_url.removesuffix("/v1") + "/_script", json={**defaults, **changes})
         response.raise_for_status()
 
+    def prompts(self) -> list[str]:
+        """A hash of every prompt that arrived since the last call, in order (the server's own log)."""
+        response = httpx.get(self.base_url.removesuffix("/v1") + "/_prompts")
+        response.raise_for_status()
+        return response.json()["prompts"]
+
 
 @contextmanager
 def scripted_server() -> Iterator[ScriptedServer]:

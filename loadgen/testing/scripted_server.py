@@ -8,7 +8,9 @@ sent as an event, after the 200), `cut` (the connection drops mid-stream),
 closed without an answer), `drop_reused` (the same, only on a kept-alive connection that already served a
 request: what a client sees when a server closes idle connections); `fault_every` = n applies the fault to
 every n-th request only. `PUT /_script` changes the script of a running server; `GET /_sent` says when
-the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that.
+the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that;
+`GET /_prompts` lists a hash of every prompt that arrived, in order, and clears that (so a client can be held
+to never sending one twice).
 
 A provider can be played too: `reasoning_tokens` streams that many tokens first as `delta.reasoning_content`
 (and reports them in `usage.completion_tokens_details`), `rate_limit_per_s` answers 429 with Retry-After
@@ -36,6 +38,7 @@ import asyncio
 import collections
 import functools
 import gc
+import hashlib
 import heapq
 import itertools
 import math
@@ -149,6 +152,7 @@ class ScriptState:
         self.waiting: collections.deque[tuple[ScriptedProtocol, StreamPlan]] = collections.deque()
         self.bucket = TokenBucket(script.rate_limit_per_s, script.rate_limit_burst)
         self.prefix_cache = PrefixCache(script.prefix_cache_block_words)
+        self.prompts: list[str] = []  # sha256 of each completion request's messages (or prompt), as they came
 
     def admit(self, protocol: ScriptedProtocol, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""
@@ -322,6 +326,9 @@ class ScriptedProtocol:
             self.respond_json(200, {"object": "list", "data": [{"id": script.model, "object": "model"}]})
         elif method == "GET" and path == "/_sent":
             self.respond_json(200, self.state.sent.report_and_clear())
+        elif method == "GET" and path == "/_prompts":
+            prompts, self.state.prompts = self.state.prompts, []
+            self.respond_json(200, {"prompts": prompts})
         elif method == "PUT" and path == "/_script":
             try:
                 self.state.update(orjson.loads(body))
@@ -335,6 +342,8 @@ class ScriptedProtocol:
 
     def complete(self, body: dict[str, Any], is_chat: bool, arrived: float) -> None:
         script = self.state.script
+        said = body.get("messages") if is_chat else body.get("prompt")
+        self.state.prompts.append(hashlib.sha256(orjson.dumps(said)).hexdigest())
         fault = script.fault if next(self.state.counter) % script.fault_every == 0 else "none"
         if body.get("model") != script.model:
             self.respond_error(404, f"model '{body.get('model')}' does not exist")

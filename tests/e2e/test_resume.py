@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections import Counter
 import subprocess
 import time
 from pathlib import Path
@@ -77,6 +78,35 @@ def test_a_run_killed_mid_level_resumes_keeping_finished_levels_byte_for_byte(sc
 
     done = bench("sweep", "--resume", str(run_dir))
     assert done.returncode == 0 and f"{run_dir}: complete, nothing to resume" in done.stdout
+
+
+def test_summarize_reads_a_killed_run_and_marks_its_cut_level(scripted, tmp_path) -> None:
+    """One level finished, one cut by SIGKILL: every figure is recomputed, both files are written, and the cut
+    level is not shown as a valid one."""
+    scripted.set_script(ttft_ms=10, itl_ms=5)
+    run_dir = kill_during_level(scripted, tmp_path / "runs", "c4")
+    result = bench("summarize", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summaries = {s["level"]: s for s in json.loads((run_dir / "summary.json").read_text())}
+    assert summaries["c2"]["is_valid"] and summaries["c2"]["invalid_reasons"] == []
+    cut = summaries["c4"]
+    assert not cut["is_valid"] and any("cut short" in reason for reason in cut["invalid_reasons"]), cut
+    rows = (run_dir / "summary.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[2].startswith("endpoint,c4,")
+
+
+def test_no_prompt_reaches_the_server_twice_across_a_kill_and_a_resume(scripted, tmp_path) -> None:
+    """The server's own log of every prompt it got, warm-ups included: the attempt that was killed sent some
+    (finished or in flight), and the resumed run sends none of them again."""
+    scripted.set_script(ttft_ms=10, itl_ms=5)
+    scripted.prompts()  # what earlier tests sent
+    run_dir = kill_during_level(scripted, tmp_path / "runs", "c4")
+    result = bench("sweep", "--resume", str(run_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+    prompts = scripted.prompts()
+    assert len(prompts) > 24  # both attempts sent something
+    repeated = [p for p, n in Counter(prompts).items() if n > 1]
+    assert repeated == [], f"{len(repeated)} prompt(s) reached the server more than once"
 
 
 def test_resume_refuses_what_it_cannot_go_on_with(scripted, tmp_path) -> None:
