@@ -164,6 +164,8 @@ def test_a_worker_killed_mid_level_fails_the_level_keeps_its_records_and_leaves_
     records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
     assert len(records) >= 16 and {r.worker for r in records} == {0, 1}  # both workers' records kept
     assert not (run_dir / "levels.jsonl").read_text().strip()  # the level did not finish: resume runs it again
+    (summary,) = json.loads((run_dir / "summary.json").read_text())  # as the sweep left it, and summarize too
+    assert not summary["is_valid"] and "cut short" in summary["invalid_reasons"][-1] and summary["num_workers"] == 2
 
 
 def test_a_sweep_with_workers_stopped_by_ctrl_c_keeps_its_records_and_stops_its_workers(scripted, tmp_path) -> None:
