@@ -112,31 +112,31 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
         if run.status == "complete":
             complete.append(run_dir)
             continue
-        spec = EngineFile.model_validate(run.engine_spec)
-        scenario = Scenario.model_validate(run.scenario)
-        tokenizer_path = run.client.get("tokenizer")
-        capacity = CapacityPlan.from_json(run.plan) if run.plan.get("kind") == "capacity" else None
+        spec, scenario = run.engine_spec, run.scenario
+        assert spec is not None and scenario is not None  # open_run refuses a run without them
+        tokenizer_path = run.client.tokenizer
         tokenizer = _load_tokenizer(Path(tokenizer_path) if tokenizer_path else None)
         replay = load_replay(scenario, tokenizer)
-        if replay is not None and run.dataset and run.dataset.get("sha256") != replay.dataset.sha256:
+        if replay is not None and run.dataset and run.dataset.sha256 != replay.dataset.sha256:
             raise ResumeError(f"--resume {run_dir}: {replay.dataset.path} changed since that run began (its sha256 "
                               "differs); start a new run")
         plan = SweepPlan(scenario, run_dir.parent, engine_kind=spec.name or spec.engine,
-                         strict_openai=bool(run.client.get("strict_openai")), tokenizer=tokenizer,
-                         tokenizer_path=tokenizer_path, repeats=int(run.plan.get("repeats", 1)), capacity=capacity,
-                         engine_spec=run.engine_spec, replay=replay,
-                         clients=client_pool(run.client.get("workers"), run.client.get("ray")))
+                         strict_openai=run.client.strict_openai, tokenizer=tokenizer, tokenizer_path=tokenizer_path,
+                         repeats=run.plan.repeats, capacity=run.plan.capacity,
+                         engine_spec=spec.model_dump(mode="json"), replay=replay,
+                         clients=client_pool(run.client.workers, run.client.ray))
         jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
     return jobs, complete
 
 
 def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, other_flags: list[str]) -> None:
     """A resumed run keeps its own engine, scenario and settings: a flag that would change them is refused."""
-    engine = run.engine_spec.get("name") or run.engine_spec.get("engine")
-    if flags.engine and flags.engine != [run.engine_spec.get("engine")]:
-        raise ResumeError(f"--resume {run_dir}: that run measured engine '{engine}', not "
+    spec = run.engine_spec
+    assert spec is not None  # open_run refuses a run without it
+    if flags.engine and flags.engine != [spec.engine]:
+        raise ResumeError(f"--resume {run_dir}: that run measured engine '{spec.name or spec.engine}', not "
                           f"'{', '.join(flags.engine)}'; drop --engine (a resumed run keeps its own engine)")
-    scenario = run.scenario.get("name")
+    scenario = run.scenario.name if run.scenario else None
     if flags.scenario and Path(flags.scenario).stem != scenario:
         raise ResumeError(f"--resume {run_dir}: that run measured scenario '{scenario}', not '{flags.scenario}'; "
                           "drop --scenario (a resumed run keeps its own scenario)")

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from bench import rundir
 from bench.capacity import read_capacity
@@ -30,8 +28,8 @@ from bench.costinputs import (
     with_power,
 )
 from bench.report_plan import memory_plan
+from bench.runinfo import RunInfo, UiRecord
 from bench.scenario import DecisionSettings
-from common.validation import validate
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
@@ -40,7 +38,6 @@ from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel
 from loadgen.repeats import aggregate
 from loadgen.types import SLO, LevelSummary
-from loadgen.workload import Workload
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
 
@@ -102,9 +99,9 @@ def render_run_report(run_dir: Path) -> Path | None:
         return None
 
 
-def _screenshot(run_dir: Path, ui: dict[str, Any] | None) -> bytes | None:
+def _screenshot(run_dir: Path, ui: UiRecord | None) -> bytes | None:
     """The UI's page answering, as the browser check saved it in the run directory."""
-    name = ((ui or {}).get("page") or {}).get("screenshot")
+    name = ui.page.screenshot if ui is not None and ui.page is not None else None
     path = run_dir / name if name else None
     return path.read_bytes() if path is not None and path.is_file() else None
 
@@ -181,9 +178,9 @@ def load_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Re
     return _unique_labels(runs), skipped
 
 
-def _client_notes(info: rundir.RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:
+def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:
     """Load from several client processes is said, with whatever a level's notes add (a loose clock)."""
-    workers, ray = info.client.get("workers") or 1, info.client.get("ray")
+    workers, ray = info.client.workers, info.client.ray
     notes = []
     if workers > 1 or ray:
         where = f"Ray actors on the cluster at {ray}" if ray else "processes of the machine that ran the sweep"
@@ -204,6 +201,9 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     missing = tuple(label for label in info.levels if label not in measured)
     cut_short = tuple(s.level for s in summaries if s.level not in finished)
     notes = []
+    if info.unread:
+        notes.append(f"its run.json (from another version) lacks, or holds in a form this version does not read: "
+                     f"{', '.join(info.unread)}; what those would say is left out")
     if info.status != "complete":
         notes.append(f"the sweep did not complete (status: {info.status})")
     if missing:
@@ -213,45 +213,44 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
     if len(kinds) > 1:
         notes.append(f"the cost model uses the {kind} levels only; the others are shown in the tables")
     notes.extend(_client_notes(info, summaries))
-    dataset = info.dataset_info
+    dataset = info.dataset
     sent = sum(s.num_requests for s in summaries if s.kind != "trace")
     if dataset is not None and sent > dataset.num_requests:
         notes.append(f"the levels sent {sent:,} requests from a dataset of {dataset.num_requests:,}, each about "
                      f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "
                      "larger file, or shorter levels)")
     gpus = info.gpu_names
-    ui = info.engine.get("details", {}).get("ui")
-    return ReportRun(run_dir=run_dir, label=info.engine_label, status=info.status, summaries=summaries, kind=kind,
+    details = info.engine.details
+    return ReportRun(run_dir=run_dir, label=info.engine.label, status=info.status, summaries=summaries, kind=kind,
                      missing=missing, cut_short=cut_short, notes=tuple(notes),
-                     server_views=tuple(rundir.server_views(run_dir)), launched_by=info.launched_by,
-                     gpu_views=tuple(rundir.gpu_views(run_dir)), telemetry=info.telemetry,
+                     server_views=tuple(rundir.server_views(run_dir)), launched_by=info.engine.launched_by,
+                     gpu_views=tuple(rundir.gpu_views(run_dir)),
+                     telemetry=info.telemetry.to_json() if info.telemetry else None,
                      replica_views=tuple(rundir.replica_views(run_dir)),
-                     router_policy=(info.engine.get("details", {}).get("router") or {}).get("policy"),
-                     ui=ui, ui_screenshot=_screenshot(run_dir, ui),
+                     router_policy=details.router.policy if details.router else None,
+                     ui=asdict(details.ui) if details.ui else None, ui_screenshot=_screenshot(run_dir, details.ui),
                      gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
                      repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
                      capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),
-                     keep_text=bool(info.scenario.get("workload", {}).get("keep_text")))
+                     keep_text=bool(info.scenario and info.scenario.workload.keep_text))
 
 
-def _workload_text(info: rundir.RunInfo) -> str | None:
+def _workload_text(info: RunInfo) -> str | None:
     """A synthetic workload's lengths in words, for the report (a replayed one is stated by its dataset)."""
-    raw = info.scenario.get("workload")
-    if not raw or info.dataset:
+    if info.scenario is None or info.dataset:
         return None
-    try:
-        workload = Workload.model_validate(raw)
-    except ValidationError:  # a run.json of another version: its workload stays in the provenance as written
-        return None
+    workload = info.scenario.workload
     return (f"synthetic prompts, input {workload.input_tokens.describe()} tokens, output "
             f"{workload.output_tokens.describe()} tokens")
 
 
-def _provenance(info: rundir.RunInfo) -> dict[str, Any]:
+def _provenance(info: RunInfo) -> dict[str, Any]:
+    scenario = info.scenario.model_dump(mode="json") if info.scenario else {}
     return {"run_id": info.run_id or None, "started_at": info.started_at, "finished_at": info.finished_at,
-            "tool": info.tool or None, "engine": info.engine or None, "endpoint": info.endpoint,
-            "hardware": info.hardware or None, "scenario": info.scenario.get("name"),
-            "workload": info.scenario.get("workload"), "load": info.scenario.get("load"),
+            "tool": asdict(info.tool) if info.tool else None, "engine": info.engine.to_json(),
+            "endpoint": asdict(info.endpoint) if info.endpoint else None,
+            "hardware": info.hardware.to_json() if info.hardware else None, "scenario": scenario.get("name"),
+            "workload": scenario.get("workload"), "load": scenario.get("load"),
             "levels_planned": info.levels or None}
 
 
@@ -266,5 +265,7 @@ def settings_from_run(run_dir: Path) -> DecisionSettings:
         scenario = rundir.read_run_info(run_dir).scenario
     except rundir.RunDirError as exc:
         raise ReportError(f"{exc} (expected a run directory written by `bench sweep`)") from None
-    raw = {key: scenario[key] for key in ("slo", "traffic", "pricing", "requirements") if key in scenario}
-    return validate(DecisionSettings, raw, f"{run_dir / rundir.RUN_FILE} scenario", ReportError)
+    if scenario is None:
+        return DecisionSettings()
+    return DecisionSettings(slo=scenario.slo, traffic=scenario.traffic, pricing=scenario.pricing,
+                            requirements=scenario.requirements)

@@ -17,6 +17,7 @@ from typing import Any
 from bench import rundir
 from costmodel.plan import DEFAULT_MEMORY_FRACTION, Plan, PlanInputs, assumptions, decode_ceiling, make_plan
 from costmodel.plan_shapes import DTYPE_BYTES, GpuShape, PlanError, resolve_gpu
+from engines.engine_file import EngineFile
 from loadgen.types import LevelSummary
 from reports.inputs import ReportRun
 
@@ -65,19 +66,19 @@ def _plan_block(run: ReportRun, info: rundir.RunInfo) -> dict[str, Any]:
         model = model_shape(spec)
     except PlanError as exc:
         raise PlanError(f"the model could not be read for a plan ({exc})") from None
-    engine_spec = info.engine_spec
-    context, context_source = _context(run.summaries, engine_spec.get("max_model_len"), model.max_context_tokens)
+    engine_spec = info.engine_spec or EngineFile(engine=info.engine.name)
+    context, context_source = _context(run.summaries, engine_spec.max_model_len, model.max_context_tokens)
     # The weights' dtype where the engine was told one (a quantization such as fp8 is one); else the file's.
-    dtype = str(engine_spec.get("args", {}).get("dtype") or engine_spec.get("quantization") or "").lower()
+    dtype = str(engine_spec.args.get("dtype") or engine_spec.quantization or "").lower()
     inputs = PlanInputs(
         model=model,
         gpu=gpu,
         dtype=dtype if dtype in DTYPE_BYTES else None,
-        tensor_parallel_size=int(engine_spec.get("tensor_parallel_size") or 1),
+        tensor_parallel_size=engine_spec.tensor_parallel_size,
         context_tokens=context,
-        memory_fraction=float(engine_spec.get("gpu_memory_fraction") or DEFAULT_MEMORY_FRACTION),
+        memory_fraction=engine_spec.gpu_memory_fraction or DEFAULT_MEMORY_FRACTION,
     )
-    replicas = int(engine_spec.get("replicas") or 1)
+    replicas = engine_spec.replicas
     batches = {s.level: _batch(s, replicas) for s in run.summaries}
     plan = make_plan(inputs, tuple(sorted(set(batches.values()))))
     m = plan.memory
@@ -97,7 +98,7 @@ def _plan_block(run: ReportRun, info: rundir.RunInfo) -> dict[str, Any]:
         "kv_bytes_per_token": m.kv_bytes_per_token,
         "kv_tokens_that_fit": m.kv_tokens_that_fit,
         "sequences_that_fit": m.sequences_that_fit,
-        "engine_kv": engine_kv_capacity(run.run_dir / rundir.ENGINE_LOG, info.engine_name, m.kv_tokens_that_fit),
+        "engine_kv": engine_kv_capacity(run.run_dir / rundir.ENGINE_LOG, info.engine.name, m.kv_tokens_that_fit),
         "levels": _levels(run, plan, batches, replicas),
         "assumptions": [*assumptions(plan), _batch_assumption(replicas)],
     }
@@ -128,8 +129,8 @@ def catalog_gpu(name: str) -> str | None:
 
 def model_spec(info: rundir.RunInfo) -> str:
     """The `--model` the engine was launched with: what the plan reads."""
-    details = info.engine.get("details", {})
-    return str(details.get("model_argument") or info.engine_spec.get("model") or info.engine.get("model") or "default")
+    spec_model = info.engine_spec.model if info.engine_spec else None
+    return str(info.engine.details.model_argument or spec_model or info.engine.model or "default")
 
 
 def _context(summaries: tuple[LevelSummary, ...], max_model_len: int | None, model_max: int) -> tuple[int, str]:

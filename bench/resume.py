@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import rundir
-from bench.rundir import RunInfo
+from bench.runinfo import RunInfo
+from bench.scenario import LoadSettings
 from loadgen.arrivals import parse_label
 from loadgen.recorder import read_records
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec
@@ -48,13 +49,14 @@ def open_run(run_dir: Path, command: str) -> RunInfo:
         run = rundir.read_run_info(run_dir)
     except rundir.RunDirError:
         raise ResumeError(f"--resume {run_dir}: not a run directory (it has no run.json)") from None
-    kind = (run.plan or {}).get("kind", "sweep")
+    kind = run.plan.kind
     if kind != command:
         raise ResumeError(f"--resume {run_dir}: that run is a {kind}, not a {command}; resume it with "
                           f"`bench {kind} --resume {run_dir}`")
-    if not run.engine_spec:
-        raise ResumeError(f"--resume {run_dir}: its run.json does not record how its engine was launched "
-                          "(written by an older version); start a new run")
+    if run.engine_spec is None or run.scenario is None:
+        raise ResumeError(f"--resume {run_dir}: its run.json does not record how its engine was launched and what "
+                          f"it measured in a form this version reads ({', '.join(run.unread) or 'engine_spec'}); "
+                          "start a new run")
     return run
 
 
@@ -88,23 +90,23 @@ def _most_in_flight(label: str, records: list[RequestRecord], run: RunInfo) -> i
     cap on requests in flight, or its rate times the longest request it recorded (the request timeout when it
     recorded none)."""
     level = parse_label(label)
-    load = run.scenario.get("load") or {}
+    load = run.scenario.load if run.scenario else LoadSettings()
     if level.kind == "concurrency":
         return int(level.target)
-    if load.get("max_concurrency"):
-        return int(load["max_concurrency"])
+    if load.max_concurrency:
+        return load.max_concurrency
     longest_s = max((r.end_s - r.send_s for r in records if r.end_s is not None), default=None)
     rate = level.target if level.kind == "rate" else 1.0
-    return math.ceil(rate * (longest_s if longest_s is not None else load.get("request_timeout_s", 600.0))) + 1
+    return math.ceil(rate * (longest_s if longest_s is not None else load.request_timeout_s)) + 1
 
 
 def _num_warmup(label: str, run: RunInfo) -> int:
     """The warm-up requests a level sends first (as the runner counts them)."""
-    load = run.scenario.get("load") or {}
-    if load.get("warmup_requests") is not None:
-        return int(load["warmup_requests"])
+    load = run.scenario.load if run.scenario else LoadSettings()
+    if load.warmup_requests is not None:
+        return load.warmup_requests
     level = parse_label(label)
-    return int(level.target) if level.kind == "concurrency" else int(load.get("max_concurrency") or 8)
+    return int(level.target) if level.kind == "concurrency" else load.max_concurrency or 8
 
 
 def skip_sent(specs: Iterator[RequestSpec], last_id: int | None) -> Iterator[RequestSpec]:

@@ -21,20 +21,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from bench.runinfo import RunInfo
 from loadgen.columns import columns_by_level
 from loadgen.metrics import cut_short, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
 from loadgen.telemetry import gpu_view, server_view
-from loadgen.types import SLO, ClientCheck, DatasetInfo, GpuView, LevelSummary, MachineLoad, ServerView, WorkerRun
+from loadgen.types import SLO, ClientCheck, GpuView, LevelSummary, MachineLoad, ServerView, WorkerRun
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -50,69 +51,6 @@ REPLICA_TELEMETRY = "telemetry.replica-{index}.jsonl"  # behind a router: each r
 
 class RunDirError(Exception):
     """Not a run directory, or one that holds nothing yet; the message names the directory."""
-
-
-@dataclass
-class RunInfo:
-    """run.json. `engine` is the launched engine's EngineInfo as written (at least its `name`); `scenario` the
-    resolved scenario; `levels` the labels planned, in order. A run.json of an older version may lack fields:
-    they read as their defaults."""
-
-    run_id: str
-    status: str = "unknown"  # starting, running, complete, interrupted, failed: ...
-    started_at: str | None = None
-    finished_at: str | None = None
-    tool: dict[str, str] = field(default_factory=dict)
-    engine: dict[str, Any] = field(default_factory=dict)
-    endpoint: dict[str, Any] | None = None
-    hardware: dict[str, Any] = field(default_factory=dict)
-    scenario: dict[str, Any] = field(default_factory=dict)
-    levels: list[str] = field(default_factory=list)
-    client: dict[str, Any] = field(default_factory=dict)
-    seeds: dict[str, int] = field(default_factory=dict)
-    telemetry: dict[str, Any] | None = None
-    plan: dict[str, Any] = field(default_factory=dict)  # {"kind": "sweep" | "capacity", "repeats", ...}
-    engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile it was launched from
-    resumed_at: list[str] = field(default_factory=list)
-    dataset: dict[str, Any] | None = None  # a replayed file: loadgen.types.DatasetInfo (its sha256, never its text)
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> RunInfo:
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in raw.items() if key in known and value is not None}
-        return cls(**{"run_id": "", **values})
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def engine_name(self) -> str:
-        return str(self.engine.get("name") or "engine")
-
-    @property
-    def engine_label(self) -> str:
-        """`vllm 0.8.5`: the engine and its version where it is known."""
-        version = self.engine.get("version")
-        return f"{self.engine_name} {version}" if version else self.engine_name
-
-    @property
-    def launched_by(self) -> str:
-        """`bench` for an engine the toolkit started, `user` for an endpoint that was already running."""
-        return str(self.engine.get("launched_by", "user"))
-
-    @property
-    def gpu_names(self) -> list[str] | None:
-        """The GPUs of the machine that ran it ([] for none); None when the run does not say."""
-        gpus = self.hardware.get("gpus")
-        return None if gpus is None else [str(gpu.get("name", "")) for gpu in gpus]
-
-    @property
-    def dataset_info(self) -> DatasetInfo | None:
-        return DatasetInfo.from_json(self.dataset) if self.dataset else None
-
-    @property
-    def slo(self) -> SLO:
-        return SLO.model_validate(self.scenario.get("slo", {}))
 
 
 def new_run_dir(root: Path, engine: str, scenario: str, now: datetime | None = None) -> Path:

@@ -32,9 +32,21 @@ from bench import rundir
 from bench.capacity import CapacityDriver, CapacityPlan
 from bench.hardware import describe_host
 from bench.resume import Resume, skip_sent
-from bench.rundir import RunInfo
+from bench.runinfo import (
+    ClientRecord,
+    EndpointRecord,
+    EngineRecord,
+    GpuTelemetry,
+    HostRecord,
+    PlanRecord,
+    RunInfo,
+    Seeds,
+    TelemetryRecord,
+    ToolRecord,
+)
 from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import context_length, read_api_key
+from engines.engine_file import EngineFile
 from engines.launch import EngineGone, still_answering
 from engines.replicas import replica_metrics_urls
 from engines.types import Endpoint, EngineInfo, Launcher
@@ -101,11 +113,6 @@ class SweepPlan:
     def trace_scale(self) -> float | None:
         """A trace's time scale, when the dataset is one (it can then be replayed as a level of its own)."""
         return self.replay.settings.time_scale if self.replay is not None and self.replay.dataset.is_trace else None
-
-    def plan_json(self) -> dict[str, Any]:
-        if self.capacity is not None:
-            return {"kind": "capacity", "repeats": self.repeats, **self.capacity.to_json()}
-        return {"kind": "sweep", "repeats": self.repeats}
 
     def bounds(self, level: Level | None = None) -> LevelBounds:
         """When a level ends; a trace's when it has been sent whole (or after --requests)."""
@@ -188,13 +195,13 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             url = endpoint.metrics_url or telemetry.metrics_url(endpoint.base_url)
             no_telemetry = telemetry.probe(url)
             gpus = _gpu_telemetry(engine)
-            run = replace(run, status="running", engine=asdict(engine), endpoint=_endpoint_json(endpoint),
-                          telemetry={"metrics_url": url, "sampled": no_telemetry is None, "why_not": no_telemetry,
-                                     "gpu": gpus})
+            run = replace(run, status="running", engine=EngineRecord.from_json(asdict(engine)),
+                          endpoint=EndpointRecord(endpoint.base_url, endpoint.model, endpoint.api_key_env),
+                          telemetry=TelemetryRecord(url, no_telemetry is None, no_telemetry, gpus))
             rundir.write_run_info(run_dir, run)
             _check_context(plan, endpoint)
             with telemetry.sampling(url if no_telemetry is None else None, run_dir / rundir.TELEMETRY_FILE,
-                                    gpu=gpus["sampled"]), _replica_sampling(engine, run_dir):
+                                    gpu=gpus.sampled), _replica_sampling(engine, run_dir):
                 _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
         status = "complete"
     except Exception as exc:
@@ -288,13 +295,13 @@ def _replica_sampling(engine: EngineInfo, run_dir: Path) -> Iterator[None]:
         yield
 
 
-def _gpu_telemetry(engine: EngineInfo) -> dict[str, Any]:
+def _gpu_telemetry(engine: EngineInfo) -> GpuTelemetry:
     """Whether the GPUs are read while the levels run: only for an engine started here (an endpoint's
     GPUs, if any, are on another machine), and only where NVML or nvidia-smi answers."""
     if engine.launched_by != "bench":
-        return {"sampled": False, "why_not": "the endpoint was already running: its GPUs are not read from here"}
+        return GpuTelemetry(why_not="the endpoint was already running: its GPUs are not read from here")
     reader, how = find_reader()
-    return {"sampled": reader is not None, "reader": how} if reader else {"sampled": False, "why_not": how}
+    return GpuTelemetry(sampled=True, reader=how) if reader else GpuTelemetry(why_not=how)
 
 
 def _check_context(plan: SweepPlan, endpoint: Endpoint) -> None:
@@ -316,21 +323,19 @@ def _find(summaries: list[LevelSummary], level_run: LevelRun) -> LevelSummary | 
     return next((s for s in summaries if s.level == level_run.level), None)
 
 
-def _endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
-    return {"base_url": endpoint.base_url, "model": endpoint.model, "api_key_env": endpoint.api_key_env}
-
-
 def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
+    seed = plan.scenario.workload.seed
     return RunInfo(
-        run_id=run_dir.name, status="starting", started_at=_now(),
-        tool={"name": TOOL_NAME, "version": tool_version()}, engine={"name": plan.engine_kind},
-        hardware=describe_host(), scenario=plan.scenario.model_dump(mode="json"),
-        levels=[level.label for level in plan.levels()],
-        client={"strict_openai": plan.strict_openai, "tokenizer": plan.tokenizer_path,
-                "on_throttle": plan.on_throttle(), **plan.clients.describe()},
-        seeds={"requests": plan.scenario.workload.seed, "warmup": plan.scenario.workload.seed + WARMUP_SEED_OFFSET},
-        plan=plan.plan_json(), engine_spec=plan.engine_spec,
-        dataset=asdict(describe(plan.replay)) if plan.replay is not None else None,
+        run_id=run_dir.name, status="starting", started_at=_now(), tool=ToolRecord(TOOL_NAME, tool_version()),
+        engine=EngineRecord(name=plan.engine_kind), hardware=HostRecord.from_json(describe_host()),
+        scenario=plan.scenario, levels=[level.label for level in plan.levels()],
+        client=ClientRecord(strict_openai=plan.strict_openai, tokenizer=plan.tokenizer_path,
+                            on_throttle=plan.on_throttle(), workers=plan.clients.workers,
+                            ray=plan.clients.ray_address),
+        seeds=Seeds(requests=seed, warmup=seed + WARMUP_SEED_OFFSET),
+        plan=PlanRecord("capacity" if plan.capacity else "sweep", plan.repeats, plan.capacity),
+        engine_spec=EngineFile.model_validate(plan.engine_spec) if plan.engine_spec else None,
+        dataset=describe(plan.replay) if plan.replay is not None else None,
     )
 
 

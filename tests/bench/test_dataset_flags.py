@@ -86,9 +86,13 @@ def test_a_dataset_beside_synthetic_conversations_is_refused(tmp_path) -> None:
 
 def test_the_report_states_a_synthetic_workload_by_its_lengths_and_a_replayed_one_by_its_dataset() -> None:
     from bench.report import _workload_text
-    from bench.rundir import RunInfo
+    from bench.runinfo import RunInfo
+    from loadgen.types import DatasetInfo, Distribution
 
-    chat = load_scenario("chat").model_dump(mode="json")
+    chat = load_scenario("chat")
     assert _workload_text(RunInfo("r", scenario=chat)) == (
         "synthetic prompts, input lognormal(mean 256, std 128) in [16, 1024] tokens, output 128 tokens")
-    assert _workload_text(RunInfo("r", scenario=chat, dataset={"name": "mine.jsonl"})) is None
+    mine = DatasetInfo(name="mine.jsonl", path="mine.jsonl", sha256="0" * 64, format="jsonl", num_requests=1,
+                       num_entries=1, num_in_file=1, input_tokens=Distribution(), output_tokens=Distribution(),
+                       lengths="estimated")
+    assert _workload_text(RunInfo("r", scenario=chat, dataset=mine)) is None

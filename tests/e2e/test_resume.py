@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import signal
-from collections import Counter
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml

@@ -56,6 +56,7 @@ def test_records_and_rows_give_exactly_the_same_summary(tmp_path) -> None:
     records = varied_records()
     slo = SLO(ttft_ms=80, tpot_ms=15, e2e_ms=200)
     (tmp_path / "run.json").write_text('{"run_id": "r", "status": "complete", "levels": ["c8"]}')
+    (tmp_path / "levels.jsonl").write_text('{"level": "c8"}\n')  # it finished (no client check on record)
     with (tmp_path / "requests.jsonl").open("wb") as f:
         for record in records:
             f.write(orjson.dumps(asdict(record)) + b"\n")
@@ -81,4 +82,4 @@ def test_columns_hold_a_few_bytes_per_token() -> None:
     tokens = sum(len(r.chunk_times_s) for r in records)
     per_token = (columns.chunk_times_s.nbytes + columns.chunk_tokens.nbytes) / tokens
     per_request = sum(a.nbytes for a in (*columns.times.values(), *columns.counts.values())) / len(records)
-    assert per_token == 12 and per_request == 8 * 17  # a float64 time and an int32 count a chunk; 17 numbers a request
+    assert per_token == 12 and per_request == 8 * 18  # a float64 time and an int32 count a chunk; 18 numbers a request

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from bench.report_plan import NO_GPU, catalog_gpu, memory_plan
-from bench.rundir import RunInfo, write_run_info
+from bench.rundir import write_run_info
+from bench.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
+from engines.engine_file import EngineFile
 from loadgen.types import Distribution, GpuView, LevelSummary, ServerView
 from reports.inputs import ReportRun
 from tests.gpu.conftest import STANDIN
@@ -68,12 +70,12 @@ def run_of(
     **run: Any,
 ) -> ReportRun:
     """A run directory with its run.json (the engine launched here with dummy:llama-3.1-8b), as a ReportRun."""
-    details = {"model_argument": "dummy:llama-3.1-8b"} if engine == "reference" else {}
+    details = EngineDetails(model_argument="dummy:llama-3.1-8b" if engine == "reference" else None)
     info = RunInfo(
         run_id="r",
-        engine={"name": engine, "launched_by": "bench", "details": details},
-        engine_spec={"engine": engine, "model": "dummy:llama-3.1-8b", "tensor_parallel_size": 1},
-        hardware={"gpus": [{"name": n} for n in gpus or ()]} if gpus is not None else {},
+        engine=EngineRecord(name=engine, launched_by="bench", details=details),
+        engine_spec=EngineFile(engine=engine, model="dummy:llama-3.1-8b", tensor_parallel_size=1),
+        hardware=HostRecord(gpus=[GpuRecord(name=n) for n in gpus or ()] if gpus is not None else None),
     )
     write_run_info(tmp_path, info)
     return ReportRun(
@@ -129,8 +131,8 @@ def test_an_endpoint_the_user_ran_gets_no_plan_and_an_unknown_model_says_why(tmp
     assert memory_plan(replace(run_of(tmp_path), launched_by="user")) is None
     info = RunInfo(
         run_id="r",
-        engine={"name": "vllm", "launched_by": "bench"},
-        engine_spec={"model": "meta-llama/Llama-3.1-8B-Instruct"},
+        engine=EngineRecord(name="vllm", launched_by="bench"),
+        engine_spec=EngineFile(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct"),
     )
     plan = memory_plan(run_of(tmp_path, engine="vllm"), info)
     assert plan is not None and plan["why_not"].startswith("the model could not be read for a plan (--model meta-llama")
