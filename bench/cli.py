@@ -158,33 +158,23 @@ def _ms(value: float | None) -> str:
 @app.command()
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
-    from bench.capacity import read_capacity
-    from bench.display import capacity_line, repeats_table, summary_table
-    from bench.rundir import RunDirError, summarize_run, write_summaries
-    from loadgen.repeats import aggregate
+    from bench.display import capacity_line, repeats_table, server_view_table, summary_table
+    from bench.rundir import RunDirError, read_run, write_summaries
 
     try:
-        summaries = summarize_run(run_dir)
+        run = read_run(run_dir)
     except RunDirError as exc:
         fail(str(exc))
-    write_summaries(run_dir, summaries)
-    console.print(summary_table(summaries, title=str(run_dir)))
-    repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
-    if repeated:
-        console.print(repeats_table(repeated))
-    _print_server_view(run_dir)
-    capacity = read_capacity(run_dir)
-    if capacity is not None:
-        console.print(capacity_line(capacity), highlight=False)
-
-
-def _print_server_view(run_dir: Path) -> None:
-    from bench.display import server_view_table
-    from bench.rundir import server_views
-
-    views = server_views(run_dir)
-    if views:
-        console.print(server_view_table(views, title=f"the server's own metrics: {run_dir.name}"))
+    if not run.summaries:
+        fail(f"{run_dir}: no requests.jsonl; the sweep ended before any request finished")
+    write_summaries(run_dir, list(run.summaries))
+    console.print(summary_table(list(run.summaries), title=str(run_dir)))
+    if run.repeated:
+        console.print(repeats_table(list(run.repeated)))
+    if run.server_views:
+        console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {run_dir.name}"))
+    if run.capacity is not None:
+        console.print(capacity_line(run.capacity), highlight=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
@@ -289,13 +279,13 @@ def _without(argv: list[str], *flags: str) -> list[str]:
 def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
     """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
     from bench.display import comparison_table
-    from bench.rundir import RunDirError, summarize_run
+    from bench.rundir import RunDirError, read_run
 
     try:
-        runs = [(run_dir, summarize_run(run_dir)) for run_dir in run_dirs]
+        runs = [read_run(run_dir) for run_dir in run_dirs]
     except RunDirError as exc:
         fail(str(exc))
-    console.print(comparison_table(runs))
+    console.print(comparison_table([(run.run_dir, list(run.summaries)) for run in runs]))
 
 
 @app.command()

@@ -17,7 +17,7 @@ from typing import Any
 from rich.markup import escape
 
 from bench import rundir
-from bench.capacity import CapacityPlan, read_capacity
+from bench.capacity import CapacityPlan
 from bench.console import console, errors
 from bench.flags import MeasureFlags
 from bench.options import LoadOverrides, build_scenario
@@ -187,15 +187,16 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         console.print(repeats_table(repeated))
     _print_ui_overhead(summaries)
     for result in outcome.results:
-        views = rundir.server_views(result.run_dir)
-        if views:
-            console.print(server_view_table(views, title=f"the server's own metrics: {result.run_dir.name}"))
-        replicas = rundir.replica_views(result.run_dir)
-        if replicas:
-            console.print(replica_view_table(replicas, title=f"each replica behind the router: {result.run_dir.name}"))
-        capacity = read_capacity(result.run_dir)
-        if capacity is not None:
-            console.print(capacity_line(capacity), highlight=False)
+        run = result.run
+        if run is None:
+            continue
+        name = result.run_dir.name
+        if run.server_views:
+            console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
+        if run.replica_views:
+            console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}"))
+        if run.capacity is not None:
+            console.print(capacity_line(run.capacity), highlight=False)
         console.print(f"run directory: {result.run_dir}")
     if write_reports and outcome.results:
         _write_reports([result.run_dir for result in outcome.results], out)

@@ -3,8 +3,9 @@
     render_report(run_dirs, out, settings=..., prices=...)   what `bench report` calls
     render_run_report(run_dir)                              what a sweep calls when it ends
 
-Every level is re-summarized from its records, so a report always agrees with `bench summarize`. An
-interrupted sweep is reported as far as it got, with what is missing.
+Each run directory is read once (`rundir.read_run`: every level re-summarized from its records, so a report
+always agrees with `bench summarize`); the decision is made from those runs, and then each run's part of the
+report (`report_run`) in one pass. An interrupted sweep is reported as far as it got, with what is missing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import rundir
-from bench.capacity import read_capacity
 from bench.costinputs import (
     latency_limits,
     measured_cache_hit_rate,
@@ -28,7 +28,8 @@ from bench.costinputs import (
     with_power,
 )
 from bench.report_plan import memory_plan
-from bench.runinfo import RunInfo, UiRecord
+from bench.rundir import Run
+from bench.runinfo import RunInfo
 from bench.scenario import DecisionSettings
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
@@ -36,10 +37,11 @@ from costmodel.decide import decide
 from costmodel.inputs import Traffic
 from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel
-from loadgen.repeats import aggregate
+from engines.openwebui import VIA_UI
 from loadgen.types import SLO, LevelSummary
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
+from reports.ui_overhead import UiLevel, pairs_through_ui
 
 
 class ReportError(Exception):
@@ -70,17 +72,19 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
     if settings is None:
         is_run = (run_dirs[0] / rundir.RUN_FILE).is_file()
         settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
-    runs, skipped = load_runs(run_dirs, settings.slo)
-    runs = [replace(run, notes=(*run.notes, *notes)) for run in _with_ui_levels(runs)]
+    runs, skipped = read_runs(run_dirs, settings.slo)
+    labels = _unique_labels(runs)
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
-    engines = [EngineLevels(run.label, with_power(measured_levels(_measured(run)), run.gpu_views),
-                            _capacity_level(run)) for run in runs]
+    engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run))
+               for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
-    runs = [replace(run, bills=_bills(run, decision, catalog)) for run in runs]
+    through_ui = _through_ui(runs)
+    report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes)
+                        for run, label in zip(runs, labels, strict=True))
     report_input = ReportInput(
-        decision=decision, runs=tuple(runs), cost_curve=monthly_cost_curve(decision),
+        decision=decision, runs=report_runs, cost_curve=monthly_cost_curve(decision),
         settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
         price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
         cache_hit_source=cache_hit_source)
@@ -99,28 +103,18 @@ def render_run_report(run_dir: Path) -> Path | None:
         return None
 
 
-def _screenshot(run_dir: Path, ui: UiRecord | None) -> bytes | None:
-    """The UI's page answering, as the browser check saved it in the run directory."""
-    name = ui.page.screenshot if ui is not None and ui.page is not None else None
-    path = run_dir / name if name else None
-    return path.read_bytes() if path is not None and path.is_file() else None
+def _through_ui(runs: Sequence[Run]) -> dict[str, list[UiLevel]]:
+    """Each engine measured through a UI, its levels beside the same engine's direct levels in the report."""
+    return pairs_through_ui([s for run in runs for s in run.summaries], VIA_UI)
 
 
-def _with_ui_levels(runs: list[ReportRun]) -> list[ReportRun]:
-    """A run through a UI, beside the run of the same engine direct when the report has both."""
-    from engines.openwebui import VIA_UI
-    from reports.ui_overhead import UiLevel, pairs_through_ui
-
-    paired = pairs_through_ui([s for run in runs for s in run.summaries], VIA_UI)
-
-    def levels(run: ReportRun) -> list[UiLevel]:
-        engine = run.summaries[0].engine if run.summaries else ""
-        return paired.get(engine.removesuffix(VIA_UI), []) if run.ui and engine.endswith(VIA_UI) else []
-
-    return [replace(run, ui_levels=tuple(found)) if (found := levels(run)) else run for run in runs]
+def _ui_levels(run: Run, through_ui: dict[str, list[UiLevel]]) -> tuple[UiLevel, ...]:
+    engine = run.summaries[0].engine if run.summaries else ""
+    is_via_ui = run.info.engine.details.ui is not None and engine.endswith(VIA_UI)
+    return tuple(through_ui.get(engine.removesuffix(VIA_UI), [])) if is_via_ui else ()
 
 
-def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[ReportRun]) -> tuple[Traffic, str]:
+def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[Run]) -> tuple[Traffic, str]:
     """The scenario's prompt-cache hit rate when it sets one; else the one the runs measured; else none."""
     traffic = traffic or Traffic()
     if traffic.cache_hit_rate is not None:
@@ -133,7 +127,7 @@ def _cache_hit_rate(traffic: Traffic | None, runs: Sequence[ReportRun]) -> tuple
     return traffic.model_copy(update={"cache_hit_rate": rate}), source
 
 
-def _bills(run: ReportRun, decision: Decision, catalog: PriceCatalog) -> tuple[LevelBill, ...]:
+def _bills(run: Run, decision: Decision, catalog: PriceCatalog) -> tuple[LevelBill, ...]:
     """Each level's usage at the prices of the provider the verdict compares against."""
     compared = decision.compared_to
     price = next((row for row in catalog.providers if compared and row.id == compared.id), None)
@@ -144,7 +138,7 @@ def _bills(run: ReportRun, decision: Decision, catalog: PriceCatalog) -> tuple[L
                  for s in run.summaries if s.usage.num_requests)
 
 
-def _capacity_level(run: ReportRun) -> MeasuredLevel | None:
+def _capacity_level(run: Run) -> MeasuredLevel | None:
     """What a capacity search found: the level at each repeat's capacity, folded into one."""
     if run.capacity is None:
         return None
@@ -157,25 +151,57 @@ def _capacity_level(run: ReportRun) -> MeasuredLevel | None:
     return level if watts is None else replace(level, power_w_per_gpu=watts)
 
 
-def _measured(run: ReportRun) -> tuple[LevelSummary, ...]:
-    """The levels the cost model uses: one kind only (closed loop when there is any)."""
-    return tuple(s for s in run.summaries if s.kind == run.kind)
+def _kind(run: Run) -> str:
+    """The load kind the cost model uses of a run: closed loop when there is any, else open loop, else a trace."""
+    kinds = Counter(s.kind for s in run.summaries)
+    return next((k for k in ("concurrency", "rate") if kinds[k]), "trace")
 
 
-def load_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[ReportRun], list[str]]:
-    """Every run directory that has measurements, and a line for each one skipped (and why)."""
+def _measured(run: Run) -> tuple[LevelSummary, ...]:
+    """The levels the cost model uses: one kind only."""
+    kind = _kind(run)
+    return tuple(s for s in run.summaries if s.kind == kind)
+
+
+def read_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Run], list[str]]:
+    """Every run directory that has measurements, each read once, and a line for each one skipped (and why)."""
     runs, skipped = [], []
     for run_dir in run_dirs:
         if not Path(run_dir).is_dir():
             raise ReportError(f"{run_dir}: no such directory (expected a run directory written by `bench sweep`)")
         try:
-            run = _load_run(Path(run_dir), slo)
-            runs.append(replace(run, plan=memory_plan(run)))  # the plan beside the measured views
+            run = rundir.read_run(Path(run_dir), slo)
         except rundir.RunDirError as exc:
             skipped.append(str(exc))
+            continue
+        if run.summaries:
+            runs.append(run)
+        elif not (Path(run_dir) / rundir.REQUESTS_FILE).is_file():
+            skipped.append(f"{run_dir}: no {rundir.REQUESTS_FILE}; the sweep ended before any request finished")
+        else:
+            skipped.append(f"{run_dir}: no measured request yet (status: {run.info.status})")
     if not runs:
         raise NothingToReport("nothing to report: " + ("; ".join(skipped) or "no run directory given"))
-    return _unique_labels(runs), skipped
+    return runs, skipped
+
+
+def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
+               through_ui: dict[str, list[UiLevel]], notes: Sequence[str] = ()) -> ReportRun:
+    """One run as the report shows it, made in one pass from what its directory holds and the decision."""
+    info = run.info
+    gpus = info.gpu_names
+    details = info.engine.details
+    return ReportRun(
+        run_dir=run.run_dir, label=label, status=info.status, summaries=run.summaries, kind=_kind(run),
+        missing=run.missing, cut_short=run.cut_short, notes=(*_notes(run), *notes),
+        server_views=run.server_views, launched_by=info.engine.launched_by, gpu_views=run.gpu_views,
+        telemetry=info.telemetry.to_json() if info.telemetry else None, replica_views=run.replica_views,
+        router_policy=details.router.policy if details.router else None,
+        ui=asdict(details.ui) if details.ui else None, ui_screenshot=run.ui_screenshot,
+        ui_levels=_ui_levels(run, through_ui), gpu_names=None if gpus is None else tuple(gpus),
+        provenance=_provenance(info), repeated=run.repeated, capacity=run.capacity, dataset=info.dataset,
+        workload=_workload_text(info), keep_text=bool(info.scenario and info.scenario.workload.keep_text),
+        bills=_bills(run, decision, catalog), plan=memory_plan(run))
 
 
 def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:
@@ -189,29 +215,23 @@ def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[st
     return notes + [f"{s.level}: {note}" for s in summaries for note in s.notes]
 
 
-def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
-    info = rundir.read_run_info(run_dir)
-    summaries = tuple(rundir.summarize_run(run_dir, slo))
-    if not summaries:
-        raise rundir.RunDirError(f"{run_dir}: no measured request yet (status: {info.status})")
-    kinds = Counter(s.kind for s in summaries)
-    kind = next((k for k in ("concurrency", "rate") if kinds[k]), "trace")
-    measured = {s.level for s in summaries}
-    finished = set(rundir.read_level_runs(run_dir))
-    missing = tuple(label for label in info.levels if label not in measured)
-    cut_short = tuple(s.level for s in summaries if s.level not in finished)
+def _notes(run: Run) -> list[str]:
+    """What a reader of the run's figures should know: what is missing or cut short, where the load came
+    from, each level's own notes, a dataset sent more than once."""
+    info, summaries = run.info, run.summaries
     notes = []
     if info.unread:
         notes.append(f"its run.json (from another version) lacks, or holds in a form this version does not read: "
                      f"{', '.join(info.unread)}; what those would say is left out")
     if info.status != "complete":
         notes.append(f"the sweep did not complete (status: {info.status})")
-    if missing:
-        notes.append(f"planned but never measured: {', '.join(missing)}")
-    if cut_short:
-        notes.append(f"cut short before its end: {', '.join(cut_short)} (figures from the requests that finished)")
-    if len(kinds) > 1:
-        notes.append(f"the cost model uses the {kind} levels only; the others are shown in the tables")
+    if run.missing:
+        notes.append(f"planned but never measured: {', '.join(run.missing)}")
+    if run.cut_short:
+        notes.append(f"cut short before its end: {', '.join(run.cut_short)} (figures from the requests that "
+                     "finished)")
+    if len({s.kind for s in summaries}) > 1:
+        notes.append(f"the cost model uses the {_kind(run)} levels only; the others are shown in the tables")
     notes.extend(_client_notes(info, summaries))
     dataset = info.dataset
     sent = sum(s.num_requests for s in summaries if s.kind != "trace")
@@ -219,20 +239,7 @@ def _load_run(run_dir: Path, slo: SLO | None) -> ReportRun:
         notes.append(f"the levels sent {sent:,} requests from a dataset of {dataset.num_requests:,}, each about "
                      f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "
                      "larger file, or shorter levels)")
-    gpus = info.gpu_names
-    details = info.engine.details
-    return ReportRun(run_dir=run_dir, label=info.engine.label, status=info.status, summaries=summaries, kind=kind,
-                     missing=missing, cut_short=cut_short, notes=tuple(notes),
-                     server_views=tuple(rundir.server_views(run_dir)), launched_by=info.engine.launched_by,
-                     gpu_views=tuple(rundir.gpu_views(run_dir)),
-                     telemetry=info.telemetry.to_json() if info.telemetry else None,
-                     replica_views=tuple(rundir.replica_views(run_dir)),
-                     router_policy=details.router.policy if details.router else None,
-                     ui=asdict(details.ui) if details.ui else None, ui_screenshot=_screenshot(run_dir, details.ui),
-                     gpu_names=None if gpus is None else tuple(gpus), provenance=_provenance(info),
-                     repeated=tuple(r for r in aggregate(summaries) if r.num_repeats > 1),
-                     capacity=read_capacity(run_dir), dataset=dataset, workload=_workload_text(info),
-                     keep_text=bool(info.scenario and info.scenario.workload.keep_text))
+    return notes
 
 
 def _workload_text(info: RunInfo) -> str | None:
@@ -254,9 +261,11 @@ def _provenance(info: RunInfo) -> dict[str, Any]:
             "levels_planned": info.levels or None}
 
 
-def _unique_labels(runs: list[ReportRun]) -> list[ReportRun]:
-    counts = Counter(r.label for r in runs)
-    return [r if counts[r.label] == 1 else replace(r, label=f"{r.label} ({r.run_dir.name})") for r in runs]
+def _unique_labels(runs: Sequence[Run]) -> list[str]:
+    """Each run's engine (and version), with its directory's name where two runs would read the same."""
+    counts = Counter(run.info.engine.label for run in runs)
+    return [run.info.engine.label if counts[run.info.engine.label] == 1 else
+            f"{run.info.engine.label} ({run.run_dir.name})" for run in runs]
 
 
 def settings_from_run(run_dir: Path) -> DecisionSettings:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import rundir
+from bench.rundir import Run
+from bench.runinfo import RunInfo
 from costmodel.plan import DEFAULT_MEMORY_FRACTION, Plan, PlanInputs, assumptions, decode_ceiling, make_plan
 from costmodel.plan_shapes import DTYPE_BYTES, GpuShape, PlanError, resolve_gpu
 from engines.engine_file import EngineFile
 from loadgen.types import LevelSummary
-from reports.inputs import ReportRun
 
 NO_GPU = "measured without a GPU: no bandwidth ceiling to compare with"
 
@@ -47,19 +48,20 @@ KV_LOG_LINES = (
 )
 
 
-def memory_plan(run: ReportRun, info: rundir.RunInfo | None = None) -> dict[str, Any] | None:
-    """The plan block of one run (`info`: its run.json, read when not given); None for an endpoint the user ran."""
-    if run.launched_by != "bench":
+def memory_plan(run: Run) -> dict[str, Any] | None:
+    """The plan block of one run; None for an endpoint the user ran."""
+    if run.info.engine.launched_by != "bench":
         return None
     try:
-        return _plan_block(run, info or rundir.read_run_info(run.run_dir))
+        return _plan_block(run)
     except PlanError as exc:
         return {"why_not": str(exc)}
 
 
-def _plan_block(run: ReportRun, info: rundir.RunInfo) -> dict[str, Any]:
+def _plan_block(run: Run) -> dict[str, Any]:
     from bench.model_shape import model_shape  # the reference engine's loaders, torch: only when planning
 
+    info = run.info
     gpu, recorded = run_gpu(run)
     spec = model_spec(info)
     try:
@@ -104,13 +106,14 @@ def _plan_block(run: ReportRun, info: rundir.RunInfo) -> dict[str, Any]:
     }
 
 
-def run_gpu(run: ReportRun) -> tuple[GpuShape, str]:
+def run_gpu(run: Run) -> tuple[GpuShape, str]:
     """The catalog GPU the run was measured on, and the name it was recorded under; PlanError saying why not."""
-    names = [n for n in run.gpu_names or () if n]
+    recorded_names = run.info.gpu_names
+    names = [n for n in recorded_names or () if n]
     if not names:  # run.json may not say (nvidia-smi answered the readings, not the description): the readings do
         names = [n for view in run.gpu_views for n in view.names if n]
     if not names:
-        raise PlanError(NO_GPU if run.gpu_names is not None or run.gpu_views else "the run does not record its GPUs")
+        raise PlanError(NO_GPU if recorded_names is not None or run.gpu_views else "the run does not record its GPUs")
     recorded = names[0]
     key = catalog_gpu(recorded)
     if key is None:
@@ -127,7 +130,7 @@ def catalog_gpu(name: str) -> str | None:
     return None
 
 
-def model_spec(info: rundir.RunInfo) -> str:
+def model_spec(info: RunInfo) -> str:
     """The `--model` the engine was launched with: what the plan reads."""
     spec_model = info.engine_spec.model if info.engine_spec else None
     return str(info.engine.details.model_argument or spec_model or info.engine.model or "default")
@@ -164,7 +167,7 @@ def _batch_assumption(replicas: int) -> str:
     )
 
 
-def _levels(run: ReportRun, plan: Plan, batches: dict[str, int], replicas: int) -> list[dict[str, Any]]:
+def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> list[dict[str, Any]]:
     most = plan.memory.sequences_that_fit
     usage = {v.level: v.max_kv_cache_usage for v in run.server_views}
     rows = []

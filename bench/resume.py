@@ -64,11 +64,12 @@ def prepare(run_dir: Path, run: RunInfo) -> Resume:
     """Drop the records of levels that did not finish, and say where the request streams stand: past every
     request any attempt sent, those of a level cut short included (its records, and as many more as it could
     have had in flight when it stopped, which left no record)."""
-    finished_labels = list(rundir.read_level_runs(run_dir))
     path = run_dir / rundir.REQUESTS_FILE
     records = read_records(path) if path.is_file() else []  # before the cut levels' records are dropped
-    discarded = rundir.keep_only_levels(run_dir, set(finished_labels))
-    summaries = {s.level: s for s in _summaries(run_dir)}
+    discarded = rundir.keep_only_levels(run_dir, set(rundir.read_level_runs(run_dir)))
+    kept = rundir.read_run(run_dir)
+    finished_labels = kept.finished
+    summaries = {s.level: s for s in kept.summaries}
     cut = set(discarded)
     in_flight = sum(_most_in_flight(label, [r for r in records if r.level == label], run) for label in cut)
     last = max((r for r in records if not r.is_warmup), key=lambda r: r.request_id, default=None)
@@ -126,8 +127,3 @@ def skip_sent(specs: Iterator[RequestSpec], last_id: int | None) -> Iterator[Req
     yield from specs
 
 
-def _summaries(run_dir: Path) -> list[LevelSummary]:
-    try:
-        return rundir.summarize_run(run_dir)
-    except rundir.RunDirError:
-        return []

@@ -21,13 +21,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from bench.capacity import read_capacity
 from bench.runinfo import RunInfo
 from loadgen.columns import columns_by_level
 from loadgen.metrics import cut_short, summarize_columns
@@ -35,7 +37,16 @@ from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
 from loadgen.telemetry import gpu_view, server_view
-from loadgen.types import SLO, ClientCheck, GpuView, LevelSummary, MachineLoad, ServerView, WorkerRun
+from loadgen.types import (
+    SLO,
+    ClientCheck,
+    GpuView,
+    LevelSummary,
+    MachineLoad,
+    RepeatedLevel,
+    ServerView,
+    WorkerRun,
+)
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -47,6 +58,9 @@ REPEATS_FILE = "repeats.json"
 ENGINE_LOG = "engine.log"
 TELEMETRY_FILE = "telemetry.jsonl"
 REPLICA_TELEMETRY = "telemetry.replica-{index}.jsonl"  # behind a router: each replica's own /metrics
+
+
+View = TypeVar("View", ServerView, GpuView)
 
 
 class RunDirError(Exception):
@@ -83,67 +97,108 @@ def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:
     return {row["level"]: row for row in read_jsonl(path)} if path.is_file() else {}
 
 
+@dataclass(frozen=True)
+class Run:
+    """A run directory read once: what ran (run.json), each level's summary recomputed from its records (in
+    the order the levels ran), what the server, its GPUs and each replica behind a router saw during each
+    level, a capacity search's answer (capacity.json) and the UI's page as a browser saw it."""
+
+    run_dir: Path
+    info: RunInfo
+    summaries: tuple[LevelSummary, ...]
+    finished: tuple[str, ...]  # the levels that ended (a line in levels.jsonl), in order
+    server_views: tuple[ServerView, ...] = ()
+    gpu_views: tuple[GpuView, ...] = ()
+    replica_views: tuple[tuple[int, ServerView], ...] = ()  # (replica index, its view of a level)
+    capacity: dict[str, Any] | None = None  # capacity.json as written: the answer, its repeats, every probe
+    ui_screenshot: bytes | None = None
+
+    @property
+    def repeated(self) -> tuple[RepeatedLevel, ...]:
+        """The levels measured more than once, folded with their intervals."""
+        return tuple(r for r in aggregate(list(self.summaries)) if r.num_repeats > 1)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Levels planned but never measured."""
+        measured = {s.level for s in self.summaries}
+        return tuple(label for label in self.info.levels if label not in measured)
+
+    @property
+    def cut_short(self) -> tuple[str, ...]:
+        """Levels measured but not finished."""
+        return tuple(s.level for s in self.summaries if s.level not in self.finished)
+
+
+def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
+    """Everything `run_dir` holds, each file read once; levels judged by `slo` (default: the run's own).
+    Raises RunDirError when it is not a run directory."""
+    info = read_run_info(run_dir)
+    level_runs = read_level_runs(run_dir)
+    spans = _spans(level_runs)
+    samples = _samples(run_dir / TELEMETRY_FILE)
+    ui = info.engine.details.ui
+    screenshot = run_dir / ui.page.screenshot if ui and ui.page and ui.page.screenshot else None
+    return Run(
+        run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo)),
+        finished=tuple(level_runs),
+        server_views=tuple(_sampled(server_view(level, samples, *span) for level, span in spans.items())),
+        gpu_views=tuple(_sampled(gpu_view(level, samples, *span) for level, span in spans.items())),
+        replica_views=tuple(_replica_views(run_dir, spans)),
+        capacity=read_capacity(run_dir),
+        ui_screenshot=screenshot.read_bytes() if screenshot is not None and screenshot.is_file() else None,
+    )
+
+
 def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
-    """Recompute every level's summary from the records on disk, in the order the levels ran."""
-    run = read_run_info(run_dir)
+    """Every level's summary recomputed from the records on disk, in the order the levels ran (what a sweep
+    rewrites after each level; `read_run` for all the rest)."""
+    info = read_run_info(run_dir)
+    return _summaries(run_dir, read_level_runs(run_dir), slo or info.slo)
+
+
+def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO) -> list[LevelSummary]:
     records_path = run_dir / REQUESTS_FILE
     if not records_path.is_file():
-        raise RunDirError(f"{run_dir}: no {REQUESTS_FILE}; the sweep ended before any request finished")
-    level_runs = read_level_runs(run_dir)
+        return []
     summaries = []
     # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
     for level, columns in columns_by_level(read_jsonl(records_path)).items():
         row = level_runs.get(level, {})
         client, network, machine = row.get("client"), row.get("network"), row.get("machine")
         workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
-        summary = summarize_columns(columns, slo or run.slo, ClientCheck(**client) if client else None,
+        summary = summarize_columns(columns, slo, ClientCheck(**client) if client else None,
                                     ConnectProbe(**network) if network else None, workers,
                                     MachineLoad.from_json(machine) if machine else None)
         summaries.append(summary if row else cut_short(summary, columns))
     return summaries
 
 
-def server_views(run_dir: Path) -> list[ServerView]:
-    """Each measured level as the server saw it (from telemetry.jsonl); empty when nothing was sampled."""
-    views = [server_view(level, samples, start, end) for level, samples, start, end in _level_samples(run_dir)]
+def _spans(level_runs: dict[str, dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Each finished level's measured part, in unix seconds (what telemetry samples are matched against)."""
+    spans = {}
+    for level, row in level_runs.items():
+        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
+        spans[level] = (start, start + row["wall_s"])
+    return spans
+
+
+def _samples(path: Path) -> list[dict[str, Any]]:
+    return list(read_jsonl(path)) if path.is_file() else []
+
+
+def _sampled(views: Iterable[View]) -> list[View]:
     return [view for view in views if view.num_samples]
 
 
-def replica_views(run_dir: Path) -> list[tuple[int, ServerView]]:
-    """Each level as each replica behind a router saw it (telemetry.replica-<i>.jsonl), by replica index."""
+def _replica_views(run_dir: Path, spans: dict[str, tuple[float, float]]) -> list[tuple[int, ServerView]]:
+    """Behind a router, each replica's own view of each level (telemetry.replica-<i>.jsonl), by index."""
     views = []
     for index in range(len(list(run_dir.glob(REPLICA_TELEMETRY.format(index="*"))))):
-        path = run_dir / REPLICA_TELEMETRY.format(index=index)
-        views += [(index, view) for view in _views_from(path, run_dir) if view.num_samples]
+        samples = _samples(run_dir / REPLICA_TELEMETRY.format(index=index))
+        seen = _sampled(server_view(level, samples, *span) for level, span in spans.items())
+        views += [(index, view) for view in seen]
     return views
-
-
-def _views_from(path: Path, run_dir: Path) -> list[ServerView]:
-    samples = list(read_jsonl(path)) if path.is_file() else []
-    spans = []
-    for level, row in read_level_runs(run_dir).items() if samples else []:
-        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
-        spans.append(server_view(level, samples, start, start + row["wall_s"]))
-    return spans
-
-
-def gpu_views(run_dir: Path) -> list[GpuView]:
-    """Each measured level as the GPUs saw it (power, utilization; from telemetry.jsonl); empty when they
-    were not read."""
-    views = [gpu_view(level, samples, start, end) for level, samples, start, end in _level_samples(run_dir)]
-    return [view for view in views if view.num_samples]
-
-
-def _level_samples(run_dir: Path) -> list[tuple[str, list[dict[str, Any]], float, float]]:
-    path = run_dir / TELEMETRY_FILE
-    samples = list(read_jsonl(path)) if path.is_file() else []
-    if not samples:
-        return []
-    spans = []
-    for level, row in read_level_runs(run_dir).items():
-        start = row.get("measured_at_unix_s") or row["started_at_unix_s"]
-        spans.append((level, samples, start, start + row["wall_s"]))
-    return spans
 
 
 def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:

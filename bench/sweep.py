@@ -32,6 +32,7 @@ from bench import rundir
 from bench.capacity import CapacityDriver, CapacityPlan
 from bench.hardware import describe_host
 from bench.resume import Resume, skip_sent
+from bench.rundir import Run
 from bench.runinfo import (
     ClientRecord,
     EndpointRecord,
@@ -133,8 +134,12 @@ class SweepPlan:
 @dataclass
 class SweepResult:
     run_dir: Path
-    summaries: list[LevelSummary]
+    run: Run | None  # the run directory as read when the sweep ended (None: it never started, and is gone)
     status: str
+
+    @property
+    def summaries(self) -> list[LevelSummary]:
+        return list(self.run.summaries) if self.run is not None else []
 
 
 def plan_levels(load: LoadSettings, repeats: int = 1, trace_scale: float | None = None) -> list[Level]:
@@ -208,12 +213,14 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
         status = f"failed: {type(exc).__name__}: {exc}"
         raise
     finally:
+        measured = None
         if not started and resume is None and not (run_dir / rundir.ENGINE_LOG).exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
-            summaries = _resummarize(run_dir)
-    return SweepResult(run_dir, summaries, status)
+            measured = rundir.read_run(run_dir)
+            rundir.write_summaries(run_dir, list(measured.summaries))
+    return SweepResult(run_dir, measured, status)
 
 
 def _run_levels(

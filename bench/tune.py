@@ -18,10 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.rundir import read_level_runs
+from bench.rundir import Run, RunDirError, read_run
 from common.validation import parse_yaml_mapping
 from loadgen.metrics import MAX_OUTSIDE_CORES
-from loadgen.types import MachineLoad
 
 TUNE_FILE = "tune.json"
 OBJECTIVES = ("capacity", "cost", "throughput", "latency")
@@ -159,10 +158,13 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
     if entry.run_dir is None:
         return base
     run_dir = tune_folder / entry.run_dir
-    report_path, run_path = run_dir / "report.json", run_dir / "run.json"
-    run = json.loads(run_path.read_text()) if run_path.is_file() else {}
-    ready = (run.get("engine") or {}).get("details", {}).get("time_to_ready_s")
-    busy = busy_note(run_dir)
+    report_path = run_dir / "report.json"
+    try:
+        run: Run | None = read_run(run_dir)
+    except RunDirError:
+        run = None
+    ready = run.info.engine.details.time_to_ready_s if run is not None else None
+    busy = busy_note(run) if run is not None else None
     if not report_path.is_file():
         return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written",
                                "busy": busy})
@@ -186,12 +188,10 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         curve, engine.get("no_operating_point_reason"), busy)
 
 
-def busy_note(run_dir: Path) -> str | None:
+def busy_note(run: Run) -> str | None:
     """The levels of a run that shared the machine with other work (past the level notes' threshold), and the
     most that went elsewhere: a configuration measured on a busy machine reads lower than it is."""
-    loads = {label: MachineLoad.from_json(row["machine"]) for label, row in read_level_runs(run_dir).items()
-             if row.get("machine")}
-    taken = {label: max(m.others_cores, m.steal_cores) for label, m in loads.items()}
+    taken = {s.level: max(s.machine.others_cores, s.machine.steal_cores) for s in run.summaries if s.machine}
     busy = {label: cores for label, cores in taken.items() if cores > MAX_OUTSIDE_CORES}
     if not busy:
         return None

@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 
 from bench.report_plan import NO_GPU, catalog_gpu, memory_plan
-from bench.rundir import write_run_info
+from bench.rundir import Run
 from bench.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
 from engines.engine_file import EngineFile
 from loadgen.types import Distribution, GpuView, LevelSummary, ServerView
-from reports.inputs import ReportRun
 from tests.gpu.conftest import STANDIN
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
@@ -67,27 +66,19 @@ def run_of(
     engine: str = "reference",
     gpus: tuple[str, ...] | None = (H100_NAME,),
     summaries: tuple[LevelSummary, ...] = (),
-    **run: Any,
-) -> ReportRun:
-    """A run directory with its run.json (the engine launched here with dummy:llama-3.1-8b), as a ReportRun."""
+    launched_by: str = "bench",
+    **views: Any,
+) -> Run:
+    """A run directory of the engine launched here with dummy:llama-3.1-8b, as read."""
     details = EngineDetails(model_argument="dummy:llama-3.1-8b" if engine == "reference" else None)
     info = RunInfo(
         run_id="r",
-        engine=EngineRecord(name=engine, launched_by="bench", details=details),
+        engine=EngineRecord(name=engine, launched_by=launched_by, details=details),
         engine_spec=EngineFile(engine=engine, model="dummy:llama-3.1-8b", tensor_parallel_size=1),
         hardware=HostRecord(gpus=[GpuRecord(name=n) for n in gpus or ()] if gpus is not None else None),
     )
-    write_run_info(tmp_path, info)
-    return ReportRun(
-        run_dir=tmp_path,
-        label=engine,
-        status="complete",
-        kind="concurrency",
-        launched_by="bench",
-        summaries=summaries or (level("c8", 7.8, 1000.0),),
-        gpu_names=gpus,
-        **run,
-    )
+    summaries = summaries or (level("c8", 7.8, 1000.0),)
+    return Run(tmp_path, info, summaries, finished=tuple(s.level for s in summaries), **views)
 
 
 def test_the_share_of_the_ceiling_is_the_hand_figure(tmp_path: Path) -> None:
@@ -128,13 +119,14 @@ def test_the_gpus_come_from_the_readings_when_run_json_lists_none(tmp_path: Path
 
 
 def test_an_endpoint_the_user_ran_gets_no_plan_and_an_unknown_model_says_why(tmp_path: Path) -> None:
-    assert memory_plan(replace(run_of(tmp_path), launched_by="user")) is None
+    assert memory_plan(run_of(tmp_path, launched_by="user")) is None
     info = RunInfo(
         run_id="r",
         engine=EngineRecord(name="vllm", launched_by="bench"),
         engine_spec=EngineFile(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct"),
+        hardware=HostRecord(gpus=[GpuRecord(name=H100_NAME)]),
     )
-    plan = memory_plan(run_of(tmp_path, engine="vllm"), info)
+    plan = memory_plan(replace(run_of(tmp_path, engine="vllm"), info=info))
     assert plan is not None and plan["why_not"].startswith("the model could not be read for a plan (--model meta-llama")
 
 
