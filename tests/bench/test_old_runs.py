@@ -1,5 +1,6 @@
 """A run directory an earlier version wrote still reads and reports: `data/run-eab334d` was written by the
-toolkit at commit eab334d (before run.json was read into typed records, before levels recorded the machine), against the scripted server."""
+toolkit at commit eab334d (before run.json was read into typed records, before levels recorded the machine),
+against the scripted server."""
 
 from __future__ import annotations
 
