@@ -5,9 +5,14 @@ Heavy imports (the reference engine's loaders, torch) happen inside the command,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
+    from rich.table import Table
+
+    from costmodel.plan import Plan
 
 MODEL_HELP = (
     "A .gguf file, a Hugging Face directory with config.json (or the file), dummy:<preset> "
@@ -82,7 +87,7 @@ def plan(
         console.print(f"  - {line}", highlight=False, soft_wrap=True)
 
 
-def memory_table(result: Any) -> Any:
+def memory_table(result: Plan) -> Table:
     from rich.table import Table
 
     from costmodel.plan import gb
@@ -121,7 +126,7 @@ def memory_table(result: Any) -> Any:
     return table
 
 
-def decode_table(result: Any) -> Any:
+def decode_table(result: Plan) -> Table:
     from rich.table import Table
 
     from costmodel.plan import gb

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
+
+if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
+    from rich.console import Console
+
+    from bench.scenario import DecisionSettings
+    from costmodel.types import Decision
 
 GPU_HELP = ("GPU name (h100-sxm, h100-pcie, h200, a100-80gb, l40s, l4, a10g, rtx-4090: the catalog's median "
             "price of that kind) or a price row id such as gcp/l4/on-demand.")
@@ -33,7 +39,7 @@ class PlainHelpCommand(TyperCommand):
     """Click's own help layout, which wraps each flag's help under it at any width; rich's table cuts long
     flag names short on an 80-column terminal."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # click's own, passed through
         super().__init__(*args, **kwargs)
         self.rich_markup_mode = None
 
@@ -139,7 +145,7 @@ def cost(
     _print_verdict(console, decision)
 
 
-def _settings(scenario: str | None, first_run: Path) -> Any:
+def _settings(scenario: str | None, first_run: Path) -> DecisionSettings:
     from bench.report import ReportError, settings_from_run
     from bench.scenario import ScenarioError, load_scenario
 
@@ -165,7 +171,7 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
-def _print_verdict(console: Any, decision: Any) -> None:
+def _print_verdict(console: Console, decision: Decision) -> None:
     from rich.table import Table
 
     from common.units import tokens, usd
@@ -209,7 +215,7 @@ def _print_verdict(console: Any, decision: Any) -> None:
                       f"(oldest {stale[0].id}, {stale[0].retrieved}); pass your own with --prices", highlight=False)
 
 
-def assumption_lines(decision: Any) -> list[str]:
+def assumption_lines(decision: Decision) -> list[str]:
     """What the answer rests on, in words: request lengths, traffic shape, fleet sizing, prices, operations."""
     from common.units import share, tokens, usd
 

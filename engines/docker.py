@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from engines import lifeline
 from engines.launch import (
@@ -32,6 +32,11 @@ from engines.launch import (
 )
 from engines.process import engine_arg_flags
 from engines.types import Endpoint, EngineInfo
+
+if TYPE_CHECKING:  # the docker SDK is an optional extra, imported where a container is run
+    from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.models.images import Image
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 
@@ -122,7 +127,7 @@ def hf_cache_dir() -> Path:
     return path
 
 
-def docker_client() -> Any:
+def docker_client() -> DockerClient:
     """The Docker API client (DOCKER_HOST is honoured, so podman's socket works), or a clear error."""
     try:
         import docker
@@ -176,7 +181,7 @@ def _bind(inside: str) -> dict[str, str]:
     return {"bind": path, "mode": mode or "rw"}
 
 
-def ensure_image(client: Any, image: str, log: Any = None) -> Any:
+def ensure_image(client: DockerClient, image: str, log: IO[bytes] | None = None) -> Image:
     """The image, pulled (with progress lines in the log) when it is not here yet."""
     import docker
 
@@ -196,7 +201,7 @@ def ensure_image(client: Any, image: str, log: Any = None) -> Any:
 
 @contextmanager
 def launch_container(
-    run_dir: Path, spec: ContainerSpec, port: int | None = None, client: Any = None
+    run_dir: Path, spec: ContainerSpec, port: int | None = None, client: DockerClient | None = None
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path, and
     if this process dies, the lifeline's watcher removes it."""
@@ -215,7 +220,8 @@ def launch_container(
         yield Endpoint(root + "/v1", spec.served_model), info
 
 
-def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, client: Any = None) -> float:
+def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, client: DockerClient | None = None
+                      ) -> float:
     """Run a one-shot container (an engine build) until it exits, its output in engine.log; returns its
     seconds. It is removed on every path (and by the lifeline's watcher if this process dies); a non-zero
     exit or running past `timeout_s` is an EngineStartError carrying the end of its log."""
@@ -235,7 +241,7 @@ def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, clie
 
 @contextmanager
 def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
-             client: Any) -> Iterator[tuple[Any, Any, float]]:
+             client: DockerClient) -> Iterator[tuple[Container, Image, float]]:
     """The container started (its image pulled first if need be, not timed), its output copied into
     engine.log as it comes, and when it started; stopped and removed on leaving, however left, and by the
     lifeline's watcher if this process dies."""
@@ -260,7 +266,7 @@ def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
         follower.join(timeout=5)
 
 
-def _details(spec: ContainerSpec, image: Any, container: Any, time_to_ready_s: float) -> dict[str, Any]:
+def _details(spec: ContainerSpec, image: Image, container: Container, time_to_ready_s: float) -> dict[str, Any]:
     """What run.json keeps of a container: its image (and digests), name, command and GPUs, and the names
     of its environment variables only: their values (tokens) are never written."""
     container.reload()  # its main process, once it runs: the run's own, not other work on the machine
@@ -270,7 +276,7 @@ def _details(spec: ContainerSpec, image: Any, container: Any, time_to_ready_s: f
             "time_to_ready_s": round(time_to_ready_s, 3), "env_names": sorted(spec.env)}
 
 
-def _follow_logs(container: Any, log_path: Path) -> None:
+def _follow_logs(container: Container, log_path: Path) -> None:
     """Copy the container's output into engine.log as it comes, until the container stops."""
     try:
         with log_path.open("ab") as log:
@@ -281,7 +287,7 @@ def _follow_logs(container: Any, log_path: Path) -> None:
         return
 
 
-def _exit_code(container: Any) -> int | None:
+def _exit_code(container: Container) -> int | None:
     """The container's exit code once it has stopped, else None."""
     container.reload()
     if container.status not in ("exited", "dead"):
@@ -289,14 +295,14 @@ def _exit_code(container: Any) -> int | None:
     return int(container.attrs["State"]["ExitCode"])
 
 
-def _logs_tail(container: Any) -> str:
+def _logs_tail(container: Container) -> str:
     try:
         return container.logs(tail=LOG_TAIL_LINES).decode("utf-8", "replace").rstrip() or "(empty log)"
     except Exception:
         return "(no log)"
 
 
-def stop_and_remove(container: Any, timeout_s: int = 15) -> None:
+def stop_and_remove(container: Container, timeout_s: int = 15) -> None:
     """SIGTERM, then SIGKILL after `timeout_s`, then remove: nothing is left behind (and a stop signal
     arriving meanwhile waits until it is done)."""
     with stop_signals_held():

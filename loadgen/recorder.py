@@ -19,7 +19,7 @@ class JsonlWriter:
         self.path = path
         self._file: IO[bytes] = path.open("ab")
 
-    def write(self, row: Any) -> None:
+    def write(self, row: object) -> None:
         self._file.write(orjson.dumps(row) + b"\n")
         self._file.flush()
 

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,7 +160,7 @@ def gpu_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end
     """The GPUs over one level: power summed over them (the fleet's draw), utilization averaged."""
     readings = [s["gpus"] for s in samples if start_unix_s <= s["t"] <= end_unix_s and s.get("gpus")]
 
-    def per_sample(key: str, combine: Any) -> list[float]:
+    def per_sample(key: str, combine: Callable[[list[float]], float]) -> list[float]:
         values = [[g[key] for g in gpus if g.get(key) is not None] for gpus in readings]
         return [combine(v) for v in values if v]
 

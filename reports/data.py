@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from common.units import share, tokens, usd
-from costmodel.types import CostResult, Decision, ProviderCost
+from costmodel.types import CostResult, Decision, LevelCost, ProviderCost
 from loadgen.types import LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
@@ -274,7 +274,7 @@ def _repeated(level: RepeatedLevel) -> dict[str, Any]:
             "labels": level.labels, "figures": level.figures}
 
 
-def _level(s: LevelSummary, cost: Any, price: ProviderCost | None) -> dict[str, Any]:
+def _level(s: LevelSummary, cost: LevelCost | None, price: ProviderCost | None) -> dict[str, Any]:
     row = {"label": s.level, "base_level": s.base_level or s.level, "repeat": s.repeat, "kind": s.kind,
            "load": s.target, "num_ok": s.num_ok, "num_failed": s.num_failed,
            "failure_rate": s.failure_rate, "output_tokens_per_s": s.output_tokens_per_s,

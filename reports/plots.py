@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
@@ -46,7 +47,7 @@ def _volume(value: float, _: object = None) -> str:
     return f"{value:g}"
 
 
-def _load_axis(ax: Any, engines: list[dict[str, Any]]) -> None:
+def _load_axis(ax: Axes, engines: list[dict[str, Any]]) -> None:
     loads = [lv["load"] for e in engines for lv in e["levels"] if lv["kind"] == e["kind"]]
     if loads and min(loads) > 0 and max(loads) / min(loads) >= 8:
         ax.set_xscale("log", base=2)
