@@ -28,9 +28,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from common.processes import terminate
+
+if TYPE_CHECKING:  # the docker SDK is an optional extra, imported where containers are looked at
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 OWNER_ENV = "LLM_SELFHOST_BENCH_OWNER"
 RUN_ENV = "LLM_SELFHOST_BENCH_RUN"
@@ -212,7 +216,7 @@ def group_is_running(group: int) -> bool:
     return False
 
 
-def remove_containers(owner: str, name: str | None = None, client: Any = None,
+def remove_containers(owner: str, name: str | None = None, client: DockerClient | None = None,
                       settle_s: float = CONTAINER_SETTLE_S) -> list[str]:
     """Stop and remove every container labelled as `owner`'s; if `name` is not among them, look again for
     `settle_s` (its creation may have been under way when its command died)."""
@@ -227,13 +231,13 @@ def remove_containers(owner: str, name: str | None = None, client: Any = None,
                  if c.name not in removed]
         for container in found:
             stop_and_remove_container(container)
-            removed.append(container.name)
+            removed.append(str(container.name))
         if name in removed or time.monotonic() > deadline:
             return removed
         time.sleep(0.5)
 
 
-def _docker() -> Any:
+def _docker() -> DockerClient:
     import docker
 
     client = docker.from_env(timeout=10)
@@ -241,7 +245,7 @@ def _docker() -> Any:
     return client
 
 
-def stop_and_remove_container(container: Any, timeout_s: float = GRACE_S) -> None:
+def stop_and_remove_container(container: Container, timeout_s: float = GRACE_S) -> None:
     """SIGTERM, then SIGKILL after `timeout_s`, then remove; a container already gone is no error."""
     import docker
 
@@ -277,18 +281,18 @@ def leftover_processes() -> list[Leftover]:
     return found
 
 
-def leftover_containers(client: Any) -> list[Leftover]:
+def leftover_containers(client: DockerClient) -> list[Leftover]:
     """Containers with our label whose owner is gone (or that carry no owner: an older version left them)."""
     found = []
     for container in client.containers.list(all=True, filters={"label": ENGINE_LABEL}):
         labels = container.labels or {}
         owner = labels.get(OWNER_LABEL)
         if owner is None or not is_alive(owner):
-            found.append(Leftover("container", container.name, labels.get(RUN_LABEL), owner))
+            found.append(Leftover("container", str(container.name), labels.get(RUN_LABEL), owner))
     return found
 
 
-def remove_leftovers(leftovers: list[Leftover], client: Any = None) -> None:
+def remove_leftovers(leftovers: list[Leftover], client: DockerClient | None = None) -> None:
     for owner in {item.owner for item in leftovers if item.kind == "process" and item.owner}:
         stop_processes(owner)
     for item in leftovers:

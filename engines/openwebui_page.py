@@ -11,9 +11,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:  # playwright is the optional `ui` extra, imported where the page is driven
+    from playwright.sync_api import Page
 
 SCREENSHOT = "openwebui.png"  # in the run directory
 FAILED_SCREENSHOT = "openwebui-failed.png"  # what the page showed when it did not answer
@@ -76,7 +79,7 @@ def _serves_a_page(url: str) -> bool:
     return response.status_code == 200 and response.headers.get("content-type", "").startswith("text/html")
 
 
-def _screenshot(page: Any, path: Path) -> str | None:
+def _screenshot(page: Page, path: Path) -> str | None:
     try:
         page.screenshot(path=str(path))
     except Exception:  # the page is gone: no picture, and the reason is said already
@@ -84,7 +87,7 @@ def _screenshot(page: Any, path: Path) -> str | None:
     return path.name
 
 
-def _ask(page: Any, root: str, email: str, password: str, model: str, timeout_ms: float) -> str:
+def _ask(page: Page, root: str, email: str, password: str, model: str, timeout_ms: float) -> str:
     page.set_default_timeout(timeout_ms)
     page.goto(root + "/auth", wait_until="networkidle")
     page.fill("input[type=email]", email)

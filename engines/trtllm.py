@@ -29,11 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engines.docker import ContainerOptions, ContainerSpec, launch_container, run_to_completion, trtllm_spec
 from engines.launch import EngineStartError
 from engines.types import Endpoint, EngineInfo
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 ENGINES_ENV = "BENCH_TRTLLM_ENGINES"
 ENGINES_IN_CONTAINER = "/engines"
@@ -143,7 +146,7 @@ def build_spec(o: ContainerOptions, key: BuildKey, output_name: str) -> Containe
                    volumes={**base.volumes, str(engines_dir()): ENGINES_IN_CONTAINER})
 
 
-def ensure_built(run_dir: Path, o: ContainerOptions, key: BuildKey, client: Any = None) -> Built:
+def ensure_built(run_dir: Path, o: ContainerOptions, key: BuildKey, client: DockerClient | None = None) -> Built:
     """The engine for `key`: found in the cache, or built now in a one-shot container (its log in
     engine.log, its seconds recorded)."""
     found = find_built(key)

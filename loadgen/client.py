@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -207,7 +207,7 @@ def _backoff_s(num_throttled: int) -> float:
     return THROTTLE_BACKOFF_S[min(num_throttled, len(THROTTLE_BACKOFF_S)) - 1]
 
 
-def retry_after_s(headers: Any) -> float | None:
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
     """The wait a 429 asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds or as an HTTP date.
     `headers`: a case-insensitive mapping."""
     exact = headers.get("retry-after-ms")
