@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.rundir import server_views
+from bench.rundir import read_run
 from tests.bench.test_cli import BENCH, bench, only_run_dir
 from tests.servers import is_running
 
@@ -53,7 +53,7 @@ def test_the_servers_own_metrics_are_sampled_while_levels_run(tmp_path) -> None:
     assert run["telemetry"]["sampled"] is True and run["telemetry"]["metrics_url"].endswith("/metrics")
     samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
     assert len(samples) >= 3 and all("requests_running" in s and "kv_cache_usage" in s for s in samples)
-    (view,) = server_views(run_dir)
+    (view,) = read_run(run_dir).server_views
     assert view.level == "c4" and view.num_samples >= 3
     assert 1 <= view.mean_running <= 4 and view.mean_waiting is not None and 0 < view.max_kv_cache_usage <= 1
     assert "the server's own metrics" in result.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bench.rundir import replica_views
+from bench.rundir import read_run
 from tests.bench.test_cli import bench, only_run_dir
 from tests.servers import is_running
 
@@ -23,7 +23,7 @@ def test_two_replicas_behind_the_router_are_measured_and_each_is_sampled(tmp_pat
     assert len(replicas) == 2 and len({r["base_url"] for r in replicas}) == 2
     summary = json.loads((run_dir / "summary.json").read_text())[0]
     assert summary["num_ok"] > 0 and summary["num_failed"] == 0
-    views = replica_views(run_dir)
+    views = read_run(run_dir).replica_views
     assert {index for index, _ in views} == {0, 1}
     tokens = [view.generated_tokens for _, view in views]
     assert all(t is not None and t > 0 for t in tokens)  # round robin: both replicas generated
@@ -122,7 +122,7 @@ def test_an_endpoints_pods_are_sampled_from_replica_metrics(scripted, tmp_path) 
     run_dir = only_run_dir(tmp_path)
     details = json.loads((run_dir / "run.json").read_text())["engine"]["details"]
     assert [r["metrics_url"] for r in details["replicas"]] == [pod.url + "/metrics" for pod in pods]
-    views = dict(replica_views(run_dir))
+    views = dict(read_run(run_dir).replica_views)
     assert set(views) == {0, 1}
     assert views[0].generated_tokens and views[1].generated_tokens
     assert views[1].generated_tokens > views[0].generated_tokens  # the second pod's counter grows 3x as fast
