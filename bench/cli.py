@@ -6,8 +6,9 @@ Imports stay light (no torch): `bench --help` must answer at once.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -15,6 +16,10 @@ from rich.markup import escape
 from bench import plan_cmd, report_cmd, stopping, tune_cmd
 from bench.console import console, errors, fail, warn
 from bench.flags import MeasureFlags, measure_command
+
+if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
+    from bench.measure import Describe, Job
+    from loadgen.types import LevelSummary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
@@ -95,7 +100,8 @@ def _given(**values: tuple[object, object]) -> list[str]:
     return [f"--{name.replace('_', '-')}" for name, (value, default) in values.items() if value not in (default, [])]
 
 
-def _jobs(fresh: Any, flags: MeasureFlags, command: str, given: list[str]) -> tuple[list[Any], list[Path]]:
+def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
+          given: list[str]) -> tuple[list[Job], list[Path]]:
     """The jobs of a fresh run or of `--resume`; a bad flag ends the command with one line."""
     from bench import measure
     from bench.resume import ResumeError
@@ -114,7 +120,8 @@ def _jobs(fresh: Any, flags: MeasureFlags, command: str, given: list[str]) -> tu
         raise typer.Exit(stopping.exit_code()) from None
 
 
-def _run(jobs: list[Any], complete: list[Path], flags: MeasureFlags, describe: Any = None) -> None:
+def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
+         describe: Callable[[Job], Describe | None] | None = None) -> None:
     """Run the jobs, print and report what they measured; exit 1 when an engine failed."""
     from bench import measure
     from engines.registry import is_container_kind
@@ -133,13 +140,14 @@ def _run(jobs: list[Any], complete: list[Path], flags: MeasureFlags, describe: A
         raise typer.Exit(code)
 
 
-def _describe_probe(job: Any) -> Any:
+def _describe_probe(job: Job) -> Describe:
     """After each probe of a capacity search: its load, verdict and the figures it was judged by."""
     from bench.capacity import judge
 
     plan = job.plan.capacity
+    assert plan is not None, "a capacity command's jobs are searches (resume refuses a sweep's run)"
 
-    def describe(summary: Any) -> str | None:
+    def describe(summary: LevelSummary | None) -> str | None:
         if summary is None:
             return None
         probe = judge(summary, summary.target, plan)

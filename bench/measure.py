@@ -34,6 +34,9 @@ from loadgen.types import SLO, LevelSummary
 
 DEFAULT_SCENARIO = "chat"
 
+# After each level, a line about its summary (None: the level measured nothing), or None to say nothing.
+Describe = Callable[[LevelSummary | None], str | None]
+
 
 @dataclass(frozen=True)
 class Job:
@@ -146,8 +149,7 @@ def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, ot
                           "run.json")
 
 
-def run_jobs(jobs: list[Job], describe: Callable[[Job], Callable[[LevelSummary | None], str | None] | None]
-             = lambda job: None) -> Outcome:
+def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambda job: None) -> Outcome:
     """Each job in turn; an engine that fails to start or stops answering is named and the rest go on.
     Ctrl-C (or SIGTERM, SIGHUP) ends them all: KeyboardInterrupt is the caller's."""
     from bench.display import RichSweepProgress

@@ -14,13 +14,17 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bench import stopping
 from bench.console import console, errors, fail, warn
 from bench.flags import MeasureFlags
+
+if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
+    from bench.options import LoadOverrides
+    from bench.tune import ConfigResult, Tune, TuneEntry
 
 
 def tune(
@@ -33,8 +37,9 @@ def tune(
     objective: str = typer.Option("capacity", help="What `best` means: capacity (users within the SLO), cost "
                                                    "(per 1M output tokens), throughput (peak output tokens/s) or "
                                                    "latency (TTFT at the lowest load)."),
-    concurrency: str = typer.Option(None, help="Closed-loop levels of each configuration's sweep, e.g. 1,8,32."),
-    rate: str = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
+    concurrency: str | None = typer.Option(None, help="Closed-loop levels of each configuration's sweep, e.g. "
+                                                      "1,8,32."),
+    rate: str | None = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
 ) -> None:
     """Try an engine's configurations (the default, then each of a grid or a file): capacity under the SLO,
     throughput and cost for each, the best marked, and the Pareto front of per-user speed and throughput."""
@@ -88,7 +93,7 @@ def tune(
         raise typer.Exit(1)
 
 
-def _measure(plan: Any, entry: Any, flags: MeasureFlags, levels: Any) -> bool:
+def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides) -> bool:
     """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json."""
     from bench import measure
 
@@ -162,7 +167,7 @@ def _report(name: str, run_dir: Path) -> None:
         warn(f"{name}: no report ({exc})")
 
 
-def _config_flags(flags: MeasureFlags, plan: Any, args: dict[str, str]) -> MeasureFlags:
+def _config_flags(flags: MeasureFlags, plan: Tune, args: dict[str, str]) -> MeasureFlags:
     """The tune's flags with this configuration's engine arguments (`model` is the model flag)."""
     engine_args = [*(flags.engine_arg or []), *(f"{k}={v}" for k, v in args.items() if k != "model")]
     return dataclasses.replace(flags, engine=[plan.engine], engine_arg=engine_args,
@@ -174,7 +179,7 @@ def _new_run_dir(folder: Path, before: set[Path]) -> str | None:
     return made[-1].name if made else None
 
 
-def _finish(plan: Any) -> None:
+def _finish(plan: Tune) -> None:
     """The table, the chart and the tune report, from every configuration measured so far."""
     from bench.display import tune_table
     from bench.tune import best, config_result, pareto_front
@@ -187,35 +192,39 @@ def _finish(plan: Any) -> None:
     front = pareto_front(points)
     console.print(tune_table(results, chosen, default, plan.objective))
     verdict = _verdict(plan.folder, chosen)
+    num_tried = sum(r.run_dir is not None for r in results)
     data = {"engine": plan.engine, "objective": plan.objective, "folder": str(plan.folder),
             "configs": [dataclasses.asdict(r) for r in results], "best": chosen.name if chosen else None,
-            "num_tried": sum(r.run_dir is not None for r in results),
+            "num_tried": num_tried,
             "pareto_front": [{"config": name, "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y}
                              for name, x, y in front], "verdict": verdict}
     files = write_tune_report(data, plan.folder / "tune.html")
     if chosen is not None and chosen.run_dir is not None:
-        decision = _decision_report(plan, chosen, data["num_tried"], default)
-        console.print(f"best by {plan.objective}: {chosen.name} (of {data['num_tried']} tried); the decision with "
+        decision = _decision_report(plan, chosen, chosen.run_dir, num_tried, default)
+        console.print(f"best by {plan.objective}: {chosen.name} (of {num_tried} tried); the decision with "
                       f"it: {decision}", highlight=False, soft_wrap=True)
     console.print(f"tune report: {files}", highlight=False)
 
 
-def _decision_report(plan: Any, chosen: Any, num_tried: int, default: Any) -> Path | str:
-    """The decision report of the best configuration, in the tune folder, saying how it was chosen."""
+def _decision_report(plan: Tune, chosen: ConfigResult, run_dir: str, num_tried: int,
+                     default: ConfigResult | None) -> Path | str:
+    """The decision report of the best configuration (its run in `run_dir`), in the tune folder, saying how it
+    was chosen."""
     from bench.report import render_report
     from bench.tune import objective_figure
 
-    mine, theirs = objective_figure(chosen, plan.objective), objective_figure(default, plan.objective)
+    mine = objective_figure(chosen, plan.objective)
+    theirs = objective_figure(default, plan.objective) if default is not None else None
     against = f"; its {plan.objective} is x{mine / theirs:.2f} the default's" if mine and theirs else ""
     note = (f"measured with the configuration bench tune chose: {chosen.name}, the best by {plan.objective} of "
             f"{num_tried} tried{against} (see tune.html)")
     try:
-        return render_report([plan.folder / chosen.run_dir], plan.folder / "report.html", notes=[note]).files.html
+        return render_report([plan.folder / run_dir], plan.folder / "report.html", notes=[note]).files.html
     except Exception as exc:  # the tune's own report stands without it
         return f"not written ({exc})"
 
 
-def _verdict(folder: Path, chosen: Any) -> dict[str, Any] | None:
+def _verdict(folder: Path, chosen: ConfigResult | None) -> dict[str, Any] | None:
     """The decision of the best configuration's own report."""
     if chosen is None or chosen.run_dir is None:
         return None

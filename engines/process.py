@@ -2,9 +2,11 @@
 never inside the load generator's interpreter), llama.cpp's server (a `llama-server` binary, or the one
 embedded in the `xllamacpp` package), vLLM's and SGLang's OpenAI servers, and `ollama serve`.
 
-Each kind is a function from its model, flags and port to a `LocalEngine`: what it runs, what answers when
-it is ready, how it names its model and version, what run.json keeps of it. `launch_local` does the rest
-for all of them (port, process lifecycle, endpoint), so a kind knows nothing of processes or ports.
+Each kind is a function from its model, flags and port to a `LocalEngine`: the command line it runs (built
+there, in the kind), what answers when it is ready, how it names its model and version, what run.json keeps
+of it. `launch_local` does the rest for all of them (port, process lifecycle, endpoint), so a kind knows
+nothing of processes or ports; `launch_local(vllm_engine, run_dir, model)` launches one from Python, and a
+kind's registry entry (`engines.registry.LocalProcess`) does the same: entry, `launch_local`, kind.
 
 `--engine-arg key=value` flags pass through to the engine as `--key value` (`--key` alone for `true`);
 `ollama serve` takes no flags, so its few settings become environment variables instead.
@@ -72,7 +74,8 @@ LocalKind = Callable[[str, dict[str, str], int], LocalEngine]
 
 @contextmanager
 def launch_local(
-    kind: LocalKind, run_dir: Path, model: str, args: dict[str, str] | None, port: int | None, ready_timeout_s: float,
+    kind: LocalKind, run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
+    ready_timeout_s: float = 600.0,
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Run the engine `kind` makes on `port` (or a free one) until ready, yield its endpoint and what runs
     there, and stop it on every path."""
@@ -92,22 +95,12 @@ def launch_local(
 # --- the reference engine --------------------------------------------------------------------------------
 
 
-def reference_command(model: str, port: int, args: dict[str, str]) -> list[str]:
-    return [sys.executable, "-m", "engines.reference", "--model", model, "--host", "127.0.0.1",
-            "--port", str(port), *engine_arg_flags(args)]
-
-
 def reference_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
-    return LocalEngine("reference", reference_command(model, port, args), version=lambda root: _tool_version(),
-                       details={"model_argument": model, "engine_args": args})
-
-
-def launch_reference(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
-) -> RunningEngine:
     """`python -m engines.reference` with the model and flags given."""
-    return launch_local(reference_engine, run_dir, model, args, port, ready_timeout_s)
+    command = [sys.executable, "-m", "engines.reference", "--model", model, "--host", "127.0.0.1", "--port", str(port),
+               *engine_arg_flags(args)]
+    return LocalEngine("reference", command, version=lambda root: _tool_version(),
+                       details={"model_argument": model, "engine_args": args})
 
 
 def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0,
@@ -126,22 +119,6 @@ def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float
 LLAMACPP_RUNNER_ARGS = {"parallel", "ctx-per-slot", "threads", "batch-size", "ubatch-size", "alias"}
 
 
-def llamacpp_command(model: Path, port: int, args: dict[str, str]) -> tuple[list[str], str]:
-    """A `llama-server` binary when one is on PATH (what users have), else the server inside xllamacpp;
-    and what runs: the binary's path, or the xllamacpp package and its version."""
-    args = {"parallel": "32", "ctx-per-slot": "2048", **args}
-    binary = shutil.which("llama-server")
-    if binary:
-        parallel, per_slot = int(args.pop("parallel")), int(args.pop("ctx-per-slot"))
-        base = [binary, "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--parallel",
-                str(parallel), "--ctx-size", str(parallel * per_slot), "--metrics"]
-        return base + engine_arg_flags(args), binary
-    unknown = sorted(set(args) - LLAMACPP_RUNNER_ARGS)
-    if unknown:
-        raise EngineStartError(f"--engine-arg {', '.join(unknown)}: not understood by the embedded llama.cpp "
-                               f"server; it takes {', '.join(sorted(LLAMACPP_RUNNER_ARGS))}")
-    base = [sys.executable, "-m", "engines.llamacpp_runner", "--model", str(model), "--port", str(port)]
-    return base + engine_arg_flags(args), "xllamacpp " + _package_version("xllamacpp")
 
 
 def llamacpp_version(root: str, source: str) -> str:
@@ -157,20 +134,28 @@ def llamacpp_version(root: str, source: str) -> str:
 
 
 def llamacpp_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    """llama.cpp's server on a .gguf file (`default`: SmolLM2-135M-Instruct): a `llama-server` binary when one
+    is on PATH (what users have), else the server inside xllamacpp; `binary` in run.json says which ran."""
     model_path = default_gguf() if model == "default" else Path(model)
     if not model_path.is_file() or model_path.suffix != ".gguf":
         raise EngineStartError(f"--model {model}: llama.cpp needs a .gguf file")
-    command, source = llamacpp_command(model_path, port, args)
+    flags = {"parallel": "32", "ctx-per-slot": "2048", **args}
+    binary = shutil.which("llama-server")
+    if binary:
+        parallel, per_slot = int(flags.pop("parallel")), int(flags.pop("ctx-per-slot"))
+        command = [binary, "--model", str(model_path), "--host", "127.0.0.1", "--port", str(port), "--parallel",
+                   str(parallel), "--ctx-size", str(parallel * per_slot), "--metrics", *engine_arg_flags(flags)]
+        source = binary
+    else:
+        unknown = sorted(set(flags) - LLAMACPP_RUNNER_ARGS)
+        if unknown:
+            raise EngineStartError(f"--engine-arg {', '.join(unknown)}: not understood by the embedded llama.cpp "
+                                   f"server; it takes {', '.join(sorted(LLAMACPP_RUNNER_ARGS))}")
+        command = [sys.executable, "-m", "engines.llamacpp_runner", "--model", str(model_path), "--port", str(port),
+                   *engine_arg_flags(flags)]
+        source = "xllamacpp " + _package_version("xllamacpp")
     return LocalEngine("llamacpp", command, version=lambda root: llamacpp_version(root, source),
                        details={"binary": source, "model_path": str(model_path), "engine_args": args})
-
-
-def launch_llamacpp(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
-) -> RunningEngine:
-    """llama.cpp's server on a .gguf file (`default`: SmolLM2-135M-Instruct)."""
-    return launch_local(llamacpp_engine, run_dir, model, args, port, ready_timeout_s)
 
 
 # --- vLLM and SGLang -------------------------------------------------------------------------------------
@@ -196,57 +181,33 @@ def checkpoint_model(model: str) -> tuple[str, str]:
     return model, Path(model).name if Path(model).exists() else model
 
 
-def vllm_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served_name,
-            "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
-
-
-def sglang_command(python: str, model: str, served_name: str, port: int, args: dict[str, str]) -> list[str]:
-    return [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", served_name,
-            "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
-
-
-def _checkpoint_engine(
-    name: str, python_env: str, command: Callable[[str, str, str, int, dict[str, str]], list[str]],
-    version_paths: tuple[str, ...], model: str, args: dict[str, str], port: int,
-) -> LocalEngine:
-    """vLLM's or SGLang's OpenAI server in its own interpreter, serving a checkpoint under the name it is
-    given; its version from the first of `version_paths` that gives one."""
-    python = engine_python(args, python_env)
-    model, served = checkpoint_model(model)
-    return LocalEngine(name, command(python, model, served, port, args), served_model=lambda root: served,
-                       version=lambda root: server_version(root, *version_paths),
-                       details={"engine_args": args, "python": python})
-
-
 def vllm_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    """vLLM's OpenAI server as a local process (e.g. the CPU build), in its own interpreter, serving a
+    checkpoint under the name `checkpoint_model` gives it."""
     if shutil.which("nvidia-smi") is None:
         # The CPU build reads --gpu-memory-utilization as the share of RAM for its KV cache; its default
         # (0.9) leaves too little for anything else on the machine, the load generator included.
         args.setdefault("gpu-memory-utilization", VLLM_CPU_MEMORY_SHARE)
-    return _checkpoint_engine("vllm", VLLM_PYTHON_ENV, vllm_command, ("/version",), model, args, port)
+    python = engine_python(args, VLLM_PYTHON_ENV)
+    model, served = checkpoint_model(model)
+    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served,
+               "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
+    return LocalEngine("vllm", command, served_model=lambda root: served,
+                       version=lambda root: server_version(root, "/version"),
+                       details={"engine_args": args, "python": python})
 
 
 def sglang_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    """SGLang's OpenAI server (`python -m sglang.launch_server`) as a local process, in its own interpreter,
+    serving a checkpoint under the name `checkpoint_model` gives it."""
+    python = engine_python(args, SGLANG_PYTHON_ENV)
+    model, served = checkpoint_model(model)
+    command = [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", served,
+               "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
     # `/server_info` is `/get_server_info` before SGLang renamed it.
-    version_paths = ("/server_info", "/get_server_info")
-    return _checkpoint_engine("sglang", SGLANG_PYTHON_ENV, sglang_command, version_paths, model, args, port)
-
-
-def launch_vllm(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 900.0,
-) -> RunningEngine:
-    """vLLM's OpenAI server as a local process (e.g. the CPU build)."""
-    return launch_local(vllm_engine, run_dir, model, args, port, ready_timeout_s)
-
-
-def launch_sglang(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 900.0,
-) -> RunningEngine:
-    """SGLang's OpenAI server (`python -m sglang.launch_server`) as a local process."""
-    return launch_local(sglang_engine, run_dir, model, args, port, ready_timeout_s)
+    return LocalEngine("sglang", command, served_model=lambda root: served,
+                       version=lambda root: server_version(root, "/server_info", "/get_server_info"),
+                       details={"engine_args": args, "python": python})
 
 
 # --- Ollama ----------------------------------------------------------------------------------------------
@@ -256,27 +217,24 @@ OLLAMA_ENV = {"parallel": "OLLAMA_NUM_PARALLEL", "max-loaded-models": "OLLAMA_MA
               "keep-alive": "OLLAMA_KEEP_ALIVE", "context-length": "OLLAMA_CONTEXT_LENGTH", "models": "OLLAMA_MODELS"}
 
 
-def ollama_command(port: int, args: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The command and the environment variables that make `ollama serve` listen on 127.0.0.1:PORT with the
-    settings asked for (`models`, the model directory, only when given: else the user's ~/.ollama/models)."""
-    args = dict(args)
-    binary = args.pop("binary", None)
-    unknown = sorted(set(args) - set(OLLAMA_ENV))
+def ollama_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
+    """`ollama serve` as a local process, its OpenAI API under /v1, serving an Ollama model already pulled
+    (nothing is downloaded); ready when /api/version answers. Its settings are environment variables that
+    make it listen on 127.0.0.1:PORT (`models`, the model directory, only when given: else the user's
+    ~/.ollama/models)."""
+    if model == "default":
+        raise EngineStartError("--engine ollama needs --model, an Ollama model name such as llama3.2:1b")
+    settings = dict(args)
+    binary = settings.pop("binary", None)
+    unknown = sorted(set(settings) - set(OLLAMA_ENV))
     if unknown:
         raise EngineStartError(f"--engine-arg {', '.join(unknown)}: not understood by ollama; it takes "
                                f"{', '.join(sorted([*OLLAMA_ENV, 'binary']))}")
     binary = binary or shutil.which("ollama")
     if not binary:
         raise EngineStartError("no `ollama` binary on PATH (install it from ollama.com, or --engine-arg binary=PATH)")
-    env = {"OLLAMA_HOST": f"127.0.0.1:{port}", **{OLLAMA_ENV[key]: value for key, value in args.items()}}
-    return [binary, "serve"], env
-
-
-def ollama_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
-    """Ready when /api/version answers; the model must already be pulled: nothing is downloaded."""
-    if model == "default":
-        raise EngineStartError("--engine ollama needs --model, an Ollama model name such as llama3.2:1b")
-    command, env = ollama_command(port, args)
+    command = [binary, "serve"]
+    env = {"OLLAMA_HOST": f"127.0.0.1:{port}", **{OLLAMA_ENV[key]: value for key, value in settings.items()}}
     models_dir = env.get("OLLAMA_MODELS", "~/.ollama/models")
     return LocalEngine("ollama", command, env=env, ready_paths=("/api/version",),
                        served_model=lambda root: _pulled_ollama_model(root, model, models_dir),
@@ -293,14 +251,6 @@ def _pulled_ollama_model(root: str, model: str, models_dir: str) -> str:
             return name
     raise EngineStartError(f"--model {model}: not among the models Ollama has in {models_dir} "
                            f"({', '.join(names) or 'none'}); run `ollama pull {model}` first")
-
-
-def launch_ollama(
-    run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
-) -> RunningEngine:
-    """`ollama serve` as a local process, its OpenAI API under /v1, serving an Ollama model already pulled."""
-    return launch_local(ollama_engine, run_dir, model, args, port, ready_timeout_s)
 
 
 def _package_version(name: str) -> str:

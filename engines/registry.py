@@ -1,25 +1,35 @@
 """The engine kinds `bench` can measure: a plain dict from name to a function that makes a launcher.
 
 Every kind takes the same options (an `EngineFile`, built from flags or read from YAML) and returns a
-`Launcher` (`engines.types`). Importing this module stays cheap (`bench --help` does): each function
-imports what launches its kind (httpx, the Docker SDK) only when called. Whether a kind can run on this
-machine is `engines.availability`'s question, not this module's.
+`Launcher` (`engines.types`). A local process kind's entry is `LocalProcess(kind)`, which hands the kind
+to `engines.process.launch_local`, and the kind builds the command line: three calls from the entry to it.
+The container kinds import the Docker SDK only when made. Whether a kind can run on this machine is
+`engines.availability`'s question, not this module's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from engines.engine_file import EngineFile
-from engines.types import Endpoint, Launcher, RunningEngine
+from engines.lmstudio import launch_lmstudio
+from engines.process import (
+    LocalKind,
+    launch_local,
+    llamacpp_engine,
+    ollama_engine,
+    parse_engine_args,
+    reference_engine,
+    sglang_engine,
+    vllm_engine,
+)
+from engines.types import Endpoint, Launcher
 
 if TYPE_CHECKING:
     from engines.docker import ContainerOptions, ContainerSpec
-
-LocalLauncher = Callable[[Path, str, dict[str, str], int | None, float], RunningEngine]
 
 
 class EngineError(Exception):
@@ -46,10 +56,22 @@ def make_endpoint(o: EngineFile) -> Launcher:
     return lambda run_dir: use_endpoint(endpoint, pods)
 
 
-def _local_process(launch: LocalLauncher, o: EngineFile) -> Launcher:
-    """`launch` (one of `engines.process`'s launchers) with the model (or `default`), flags and port."""
+@dataclass(frozen=True)
+class LocalProcess:
+    """A kind run as a local process: `launch_local(kind, ...)` with the engine file's model (or `default`),
+    flags and port; `kind` (one of `engines.process`'s) builds the command line."""
+
+    kind: LocalKind
+
+    def __call__(self, o: EngineFile) -> Launcher:
+        args = _args(o)  # a bad flag is said now, before anything starts
+        return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+
+
+def _lmstudio(o: EngineFile) -> Launcher:
+    """LM Studio through `lms` (`engines.lmstudio`): its own server, not a process of ours."""
     args = _args(o)
-    return lambda run_dir: launch(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+    return lambda run_dir: launch_lmstudio(run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
 
 
 def _engine_image(to_spec: Callable[[ContainerOptions], ContainerSpec], o: EngineFile) -> Launcher:
@@ -101,8 +123,6 @@ def make_container(o: EngineFile) -> Launcher:
 
 
 def _args(o: EngineFile) -> dict[str, str]:
-    from engines.process import parse_engine_args
-
     try:
         return parse_engine_args(o.engine_args())
     except ValueError as exc:
@@ -113,19 +133,6 @@ def _gpus(o: EngineFile) -> str | list[int] | None:
     return None if o.gpus == "none" else o.gpus
 
 
-def _process() -> ModuleType:
-    """`engines.process`, imported when a local kind is made rather than with this module (it imports httpx)."""
-    from engines import process
-
-    return process
-
-
-def _lmstudio() -> LocalLauncher:
-    from engines.lmstudio import launch_lmstudio
-
-    return launch_lmstudio
-
-
 def _docker() -> ModuleType:
     """`engines.docker`, imported when a container kind is made rather than with this module."""
     from engines import docker
@@ -134,13 +141,13 @@ def _docker() -> ModuleType:
 
 
 ENGINES: dict[str, Callable[[EngineFile], Launcher]] = {
-    "reference": lambda o: _local_process(_process().launch_reference, o),
-    "llamacpp": lambda o: _local_process(_process().launch_llamacpp, o),
+    "reference": LocalProcess(reference_engine),
+    "llamacpp": LocalProcess(llamacpp_engine),
     "endpoint": make_endpoint,
-    "vllm": lambda o: _local_process(_process().launch_vllm, o),
-    "sglang": lambda o: _local_process(_process().launch_sglang, o),
-    "ollama": lambda o: _local_process(_process().launch_ollama, o),
-    "lmstudio": lambda o: _local_process(_lmstudio(), o),
+    "vllm": LocalProcess(vllm_engine),
+    "sglang": LocalProcess(sglang_engine),
+    "ollama": LocalProcess(ollama_engine),
+    "lmstudio": _lmstudio,
     "vllm-docker": lambda o: _engine_image(_docker().vllm_spec, o),
     "sglang-docker": lambda o: _engine_image(_docker().sglang_spec, o),
     "trtllm-docker": _trtllm,

@@ -25,11 +25,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from common.processes import terminate
 from loadgen.arrivals import Level
@@ -40,32 +40,19 @@ from loadgen.worker import (
     START_TIMEOUT_S,
     Drained,
     FedItem,
+    Feed,
     WorkerFailed,
-    WorkerInfo,
     WorkerJob,
     read_frame,
     write_frame,
 )
+from loadgen.worker_proxy import Workers
 
 WORKER_MAIN = "from loadgen.worker import main; main()"  # a local worker process (loadgen.worker)
 POLL_S = 0.05  # how often the driver feeds requests and drains records: one call to each worker
 START_MARGIN_S = 0.1  # from the driver's "go" to the instant the workers start measuring
 LOOKAHEAD_S = 2.0  # open loop: the schedule is dealt out this far ahead of the workers' clocks
 CLOCK_PINGS = 16
-
-
-class Workers(Protocol):
-    """Started client workers, called by index; any call may raise WorkerFailed."""
-
-    infos: list[WorkerInfo]
-    start_s: list[float]
-
-    def call_one(self, index: int, method: str, *args: Any) -> Any: ...
-
-    def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
-        """One call to each worker, all sent before any answer is read."""
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -151,7 +138,7 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
         jobs = [WorkerJob(i, ctx.run_id, ctx.engine, level, share, ctx.options, bounds,
                           list(itertools.islice(warmup_specs, share.num_warmup)), ctx.keep_text)
                 for i, share in enumerate(shares)]
-        workers.call("start", [(job,) for job in jobs])
+        workers.start(jobs)
         origin: float | None = None
         measured_at = 0.0
         taken = [0] * len(shares)
@@ -163,7 +150,7 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
             if origin is None and states == {"ready"}:
                 origin = time.perf_counter() + START_MARGIN_S
                 measured_at = time.time() + START_MARGIN_S
-                workers.call("go", [(origin + offset.offset_s,) for offset in offsets])
+                workers.go([origin + offset.offset_s for offset in offsets])
             if states == {"done"}:
                 break
             time.sleep(POLL_S)
@@ -179,9 +166,9 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
                        feeder.unsent())  # every worker reported done, after the "go": measured_at is set
 
 
-def _exchange(ctx: LevelContext, workers: Workers, level: Level, feeds: list[tuple[Any, ...]]) -> list[Drained]:
+def _exchange(ctx: LevelContext, workers: Workers, level: Level, feeds: list[Feed]) -> list[Drained]:
     """Each worker fed what it is owed and drained of its records, in one call."""
-    drained: list[Drained] = workers.call("exchange", feeds)
+    drained = workers.exchange(feeds)
     for d in drained:
         for record in d.records:
             ctx.keep(record)
@@ -196,8 +183,8 @@ def _salvage(ctx: LevelContext, workers: Workers) -> None:
     Whatever goes wrong here gives way to what ended the level."""
     for index in range(len(workers.infos)):
         try:
-            workers.call_one(index, "stop")
-            for record in workers.call_one(index, "drain").records:
+            workers.stop(index)
+            for record in workers.drain(index).records:
                 ctx.keep(record)
         except Exception:  # noqa: BLE001 - a worker that can't be drained is stopped by close()
             continue
@@ -222,7 +209,7 @@ def measure_offset(workers: Workers, index: int, pings: int = CLOCK_PINGS) -> Cl
     best: ClockOffset | None = None
     for _ in range(pings):
         sent = time.perf_counter()
-        theirs = workers.call_one(index, "clock")
+        theirs = workers.clock(index)
         back = time.perf_counter()
         estimate = ClockOffset(theirs - (sent + back) / 2, (back - sent) / 2)
         if best is None or estimate.uncertainty_s < best.uncertainty_s:
@@ -257,7 +244,7 @@ class Feeder:
         self._conversations = conversations(self.specs)
         self._arrivals = schedule(self.level, self.specs)
 
-    def feeds(self, taken: list[int], clock_s: float) -> list[tuple[list[FedItem], bool, float | None]]:
+    def feeds(self, taken: list[int], clock_s: float) -> list[Feed]:
         """What to send each worker now, given how many items each has taken: (items, ended, horizon)."""
         self.taken(taken)
         if self.level.kind == "concurrency":
@@ -319,8 +306,9 @@ class Feeder:
         return sorted(specs, key=lambda spec: spec.request_id)
 
 
-class LocalWorkers:
-    """Workers as processes of this machine (`loadgen.worker.main`), each on a pipe of its own."""
+class LocalWorkers(Workers):
+    """Workers as processes of this machine (`loadgen.worker.main`), each on a pipe of its own: a call is the
+    frame (name, args), its answer ("ok", value) or ("error", message)."""
 
     def __init__(self, count: int, log_path: Path | None = None) -> None:
         package_root = str(Path(__file__).resolve().parent.parent)
@@ -343,8 +331,8 @@ class LocalWorkers:
             self.close()
             raise
 
-    def call_one(self, index: int, method: str, *args: Any) -> Any:
-        self._send(index, method, args)
+    def _call_one(self, index: int, name: str, args: tuple[Any, ...]) -> Any:
+        self._send(index, name, args)
         return self._answer(index, CALL_TIMEOUT_S)
 
     def _in_step(self, index: int) -> None:
@@ -352,11 +340,11 @@ class LocalWorkers:
         if index in self.out_of_step:
             raise WorkerFailed(f"client worker {index} (pid {self.processes[index].pid}): its pipe is out of step")
 
-    def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
+    def _call_each(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         failures: dict[int, WorkerFailed] = {}
         for index, arg in enumerate(args):
             try:
-                self._send(index, method, arg)
+                self._send(index, name, arg)
             except WorkerFailed as exc:
                 failures[index] = exc
         answers = []
@@ -371,12 +359,12 @@ class LocalWorkers:
             raise failures[min(failures)]
         return answers
 
-    def _send(self, index: int, method: str, args: tuple[Any, ...]) -> None:
+    def _send(self, index: int, name: str, args: tuple[Any, ...]) -> None:
         self._in_step(index)
         process = self.processes[index]
         try:
             assert process.stdin is not None
-            write_frame(process.stdin, (method, args))
+            write_frame(process.stdin, (name, args))
         except (BrokenPipeError, OSError):
             self.out_of_step.add(index)
             raise WorkerFailed(self._gone(index)) from None

@@ -10,12 +10,13 @@ workers run the driver's own code. The actors belong to the driver: each level's
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loadgen.worker import CALL_TIMEOUT_S, START_TIMEOUT_S, WorkerCore, WorkerFailed, WorkerInfo
+from loadgen.worker import CALL_TIMEOUT_S, START_TIMEOUT_S, WorkerCore, WorkerFailed, WorkerInfo, answer
+from loadgen.worker_proxy import Workers
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]'"
 
@@ -59,17 +60,17 @@ def connected(address: str) -> Iterator[None]:
 
 
 class _Actor:
-    """The actor's methods: each a call of the worker's own."""
+    """A worker on the cluster: each call (its name and arguments) answered by the worker's own core."""
 
     def __init__(self) -> None:
         self.core = WorkerCore()
 
-    def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.core, method)(*args)
+    def call(self, name: str, *args: Any) -> Any:
+        return answer(self.core, name, args)
 
 
-class RayWorkers:
-    """`count` actors, started and waited for; calls by index, as `loadgen.pool.Workers` has them."""
+class RayWorkers(Workers):
+    """`count` actors, started and waited for; each call a remote call of the actor's `call`."""
 
     def __init__(self, count: int) -> None:
         ray = _ray()
@@ -82,17 +83,18 @@ class RayWorkers:
             for _ in range(count):
                 self.actors.append(actor.options(scheduling_strategy="SPREAD").remote())
             for index in range(count):
-                self.infos.append(self._get(index, self.actors[index].call.remote("info"), START_TIMEOUT_S))
+                info = self.actors[index].call.remote(WorkerCore.info.__name__)
+                self.infos.append(self._get(index, info, START_TIMEOUT_S))
                 self.start_s.append(time.perf_counter() - asked)
         except BaseException:
             self.close()
             raise
 
-    def call_one(self, index: int, method: str, *args: Any) -> Any:
-        return self._get(index, self.actors[index].call.remote(method, *args), CALL_TIMEOUT_S)
+    def _call_one(self, index: int, name: str, args: tuple[Any, ...]) -> Any:
+        return self._get(index, self.actors[index].call.remote(name, *args), CALL_TIMEOUT_S)
 
-    def call(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
-        refs = [self.actors[index].call.remote(method, *arg) for index, arg in enumerate(args)]
+    def _call_each(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        refs = [self.actors[index].call.remote(name, *arg) for index, arg in enumerate(args)]
         return [self._get(index, ref, CALL_TIMEOUT_S) for index, ref in enumerate(refs)]
 
     def _get(self, index: int, ref: Any, timeout_s: float) -> Any:

@@ -39,6 +39,8 @@ START_TIMEOUT_S = 120.0  # for a worker to start (a Ray actor may wait for its n
 State = Literal["idle", "warming", "ready", "measuring", "done", "failed"]
 # What the driver feeds: closed loop a conversation (a list of turns), open loop (send time, request).
 FedItem = list[RequestSpec] | tuple[float, RequestSpec]
+# One exchange's arguments: the items fed, whether the stream has ended, how far the schedule is dealt out.
+Feed = tuple[list[FedItem], bool, float | None]
 
 
 class WorkerFailed(RuntimeError):
@@ -236,6 +238,17 @@ class WorkerCore:
         return origin
 
 
+# The calls a worker answers: WorkerCore's public methods (the driver's side: `loadgen.worker_proxy.Workers`).
+CALLS = frozenset(name for name, value in vars(WorkerCore).items() if callable(value) and not name.startswith("_"))
+
+
+def answer(core: WorkerCore, name: str, args: tuple[Any, ...]) -> Any:
+    """The worker's answer to the call `name(*args)`; a name that is not one of its calls is refused."""
+    if name not in CALLS:
+        raise AttributeError(f"a client worker answers {', '.join(sorted(CALLS))}; not {name!r}")
+    return getattr(core, name)(*args)
+
+
 def _new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -281,7 +294,7 @@ def serve(calls: IO[bytes], answers: IO[bytes]) -> None:
         except EOFError:
             return
         try:
-            write_frame(answers, ("ok", getattr(core, method)(*args)))
+            write_frame(answers, ("ok", answer(core, method, args)))
         except Exception as exc:  # noqa: BLE001 - said to the driver, which decides
             write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
 

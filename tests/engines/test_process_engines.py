@@ -22,10 +22,9 @@ from engines.process import (
     SGLANG_PYTHON_ENV,
     checkpoint_model,
     engine_python,
-    launch_ollama,
-    launch_sglang,
-    ollama_command,
-    sglang_command,
+    launch_local,
+    ollama_engine,
+    sglang_engine,
 )
 from engines.registry import make_launcher
 from engines.types import Endpoint
@@ -81,8 +80,8 @@ def test_sglang_command_serves_the_model_under_its_name_with_the_engine_args_las
     model, served = checkpoint_model(str(checkpoint))
     assert (model, served) == (str(checkpoint), "SmolLM2-135M")
     assert checkpoint_model("Qwen/Qwen2.5-0.5B-Instruct") == ("Qwen/Qwen2.5-0.5B-Instruct",) * 2
-    command = sglang_command("/envs/sglang/bin/python", model, served, 30000,
-                             {"mem-fraction-static": "0.8", "enable-metrics": "true"})
+    command = sglang_engine(model, {"python": "/envs/sglang/bin/python", "mem-fraction-static": "0.8",
+                                    "enable-metrics": "true"}, 30000).command
     assert command == ["/envs/sglang/bin/python", "-m", "sglang.launch_server", "--model-path", str(checkpoint),
                        "--served-model-name", "SmolLM2-135M", "--host", "127.0.0.1", "--port", "30000",
                        "--mem-fraction-static", "0.8", "--enable-metrics"]
@@ -101,21 +100,23 @@ def test_engine_python_is_the_arg_then_the_engine_variable_then_this_interpreter
 def test_ollama_settings_become_its_environment_variables() -> None:
     args = {"parallel": "4", "max-loaded-models": "1", "keep-alive": "10m", "context-length": "8192",
             "models": "/data/ollama", "binary": "/opt/ollama/bin/ollama"}
-    command, env = ollama_command(11500, args)
+    engine = ollama_engine("tiny", args, 11500)
+    command, env = engine.command, engine.env
     assert command == ["/opt/ollama/bin/ollama", "serve"]
     assert env == {"OLLAMA_HOST": "127.0.0.1:11500", "OLLAMA_NUM_PARALLEL": "4", "OLLAMA_MAX_LOADED_MODELS": "1",
                    "OLLAMA_KEEP_ALIVE": "10m", "OLLAMA_CONTEXT_LENGTH": "8192", "OLLAMA_MODELS": "/data/ollama"}
 
 
 def test_ollama_keeps_the_users_model_directory_unless_told(standin_ollama) -> None:
-    command, env = ollama_command(11500, {})
+    engine = ollama_engine("tiny", {}, 11500)
+    command, env = engine.command, engine.env
     assert Path(command[0]).name == "ollama" and command[1:] == ["serve"]
     assert env == {"OLLAMA_HOST": "127.0.0.1:11500"}
 
 
 def test_unknown_ollama_args_are_refused_naming_the_accepted_ones() -> None:
     with pytest.raises(EngineStartError) as error:
-        ollama_command(11500, {"max-num-seqs": "64", "parallel": "2"})
+        ollama_engine("tiny", {"max-num-seqs": "64", "parallel": "2"}, 11500)
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith("--engine-arg max-num-seqs: not understood by ollama")
@@ -134,7 +135,7 @@ def test_ollama_without_a_model_asks_for_one(tmp_path) -> None:
 def test_no_ollama_binary_is_named_in_the_error_and_the_availability(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineStartError, match="no `ollama` binary on PATH"):
-        ollama_command(11500, {})
+        ollama_engine("tiny", {}, 11500)
     available = _ollama_availability()
     assert (available.name, available.can_run) == ("ollama", False)
     assert available.detail == "no `ollama` binary on PATH (install from ollama.com)"
@@ -153,8 +154,8 @@ def test_sglang_missing_from_its_interpreter_is_reported_with_how_to_install(mon
 
 def test_ollama_serves_a_pulled_model_and_is_gone_afterwards(tmp_path, standin_ollama) -> None:
     run_dir = tmp_path / "run"
-    with launch_ollama(run_dir, "tiny", {"parallel": "2", "keep-alive": "1m"},
-                       ready_timeout_s=READY_TIMEOUT_S) as (endpoint, info):
+    with launch_local(ollama_engine, run_dir, "tiny", {"parallel": "2", "keep-alive": "1m"},
+                      ready_timeout_s=READY_TIMEOUT_S) as (endpoint, info):
         pid = info.details["pid"]
         assert is_running(pid)
         assert endpoint.model == info.model == "tiny:latest"  # `tiny` stands for `tiny:latest`
@@ -175,7 +176,7 @@ def test_ollama_serves_a_pulled_model_and_is_gone_afterwards(tmp_path, standin_o
 
 def test_ollama_model_not_pulled_is_an_error_listing_what_it_has_and_stops_it(tmp_path, standin_ollama) -> None:
     with pytest.raises(EngineStartError) as error:
-        with launch_ollama(tmp_path / "run", "absent", ready_timeout_s=READY_TIMEOUT_S):
+        with launch_local(ollama_engine, tmp_path / "run", "absent", ready_timeout_s=READY_TIMEOUT_S):
             pytest.fail("an engine without the model must not be yielded")
     message = str(error.value)
     assert "\n" not in message
@@ -190,7 +191,8 @@ def test_sglang_gets_its_command_line_and_reports_its_version(tmp_path, monkeypa
     checkpoint = tmp_path / "SmolLM2-135M"
     checkpoint.mkdir()
     args = {"python": str(python), "mem-fraction-static": "0.5", "enable-metrics": "true"}
-    with launch_sglang(tmp_path / "run", str(checkpoint), args, ready_timeout_s=READY_TIMEOUT_S) as (endpoint, info):
+    with launch_local(sglang_engine, tmp_path / "run", str(checkpoint), args,
+                      ready_timeout_s=READY_TIMEOUT_S) as (endpoint, info):
         pid = info.details["pid"]
         assert endpoint.model == info.model == "SmolLM2-135M"
         assert info.version == standin_engine.VERSION  # from /get_server_info, as SGLang before /server_info

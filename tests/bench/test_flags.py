@@ -1,0 +1,56 @@
+"""The measuring flags: each declared once (a field of `MeasureFlags`), and every measuring command takes all
+of them, with that field's default and help, handed to it as one `MeasureFlags`."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from bench.cli import app
+from bench.flags import MeasureFlags, measure_command
+
+
+def _options(command: str) -> dict[str | None, typer.core.TyperOption]:
+    group = get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return {param.name: param for param in group.commands[command].params if isinstance(param, typer.core.TyperOption)}
+
+
+@pytest.mark.parametrize("command", ["sweep", "capacity", "tune"])
+def test_every_measuring_command_takes_each_field_with_its_default_and_help(command: str) -> None:
+    options = _options(command)
+    for field in fields(MeasureFlags):
+        option = options[field.name]
+        assert option.help == field.metadata["help"] and option.help
+        assert option.default == field.default
+        assert f"--{field.name.replace('_', '-')}" in option.opts
+
+
+def test_a_command_gets_the_flags_as_one_record_and_its_own_options_apart() -> None:
+    got: list[tuple[MeasureFlags, int]] = []
+
+    def toy(flags: MeasureFlags, level: int = typer.Option(1, help="its own")) -> None:
+        got.append((flags, level))
+
+    toy_app = typer.Typer()
+    toy_app.command()(measure_command(toy))
+    toy_app.command("other")(lambda: None)  # two commands: typer then names them
+    result = CliRunner().invoke(toy_app, ["toy", "--engine", "vllm", "--engine", "sglang", "--duration", "2.5",
+                                          "--no-report", "--keep-text", "--out", "/tmp/o", "--level", "3"])
+    assert result.exit_code == 0, result.output
+    assert got == [(MeasureFlags(engine=["vllm", "sglang"], duration=2.5, report=False, keep_text=True,
+                                 out=Path("/tmp/o")), 3)]
+    assert got[0][0].given() == ["--engine", "--duration", "--keep-text"]  # out and report are not settings
+
+
+def test_no_flag_given_is_the_default_record() -> None:
+    got: list[MeasureFlags] = []
+    toy_app = typer.Typer()
+    toy_app.command()(measure_command(lambda flags: got.append(flags)))
+    assert CliRunner().invoke(toy_app, []).exit_code == 0
+    assert got == [MeasureFlags()] and got[0].given() == []
