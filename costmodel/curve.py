@@ -25,4 +25,5 @@ def monthly_cost_curve(decision: Decision, points: int = CURVE_POINTS) -> CostCu
                  for r in decision.results if r.operating_point and r.isl + r.osl > 0}
     providers = {p.id: [v * p.usd_per_m_tokens / 1e6 for v in volumes] for p in best.providers}
     crossovers = {p.id: p.crossover.monthly_tokens for p in best.providers if p.crossover}
-    return CostCurve(volumes, self_host, providers, crossovers, decision.pricing.monthly_tokens)
+    return CostCurve(volumes=volumes, self_host=self_host, providers=providers, crossovers=crossovers,
+                     traffic=decision.pricing.monthly_tokens)

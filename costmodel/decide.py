@@ -106,8 +106,11 @@ def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
     providers = tuple(_provider_cost(row, row in pricing.references and row not in pricing.providers, isl, osl,
                                      point, c_req, fleet, a)
                       for row in (*pricing.providers, *[r for r in pricing.references if r not in pricing.providers]))
-    return CostResult(engine.engine, isl, osl, a.replica_usd_per_hour, costs, point, reason, c_req, fleet,
-                      providers, tuple(_warnings(engine, point, pricing, isl, osl)), fleet_range, c_range)
+    return CostResult(
+        engine=engine.engine, isl=isl, osl=osl, replica_usd_per_hour=a.replica_usd_per_hour, levels=costs,
+        operating_point=point, no_operating_point_reason=reason, usd_per_request=c_req, fleet=fleet,
+        providers=providers, warnings=tuple(_warnings(engine, point, pricing, isl, osl)), fleet_range=fleet_range,
+        usd_per_request_range=c_range)
 
 
 def _point(engine: EngineLevels, slo: LatencyLimits, attainment_target: float) -> OperatingPoint | None:
@@ -192,8 +195,10 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
         else:
             owned = compare_owned(best, compared, resolved.assumptions, resolved.monthly_tokens, pricing.owned, power)
             said = with_owned(said, owned)
-    return Decision(results, best, compared, said, rows, resolved, requirements, slo, pricing.slo_attainment_target,
-                    tuple(stale_prices(rows_used, today)), today, tuple(warnings), owned)
+    return Decision(
+        results=results, best=best, compared_to=compared, verdict=said, sensitivity=rows, pricing=resolved,
+        requirements=requirements, slo=slo, attainment_target=pricing.slo_attainment_target,
+        stale_prices=tuple(stale_prices(rows_used, today)), today=today, warnings=tuple(warnings), owned=owned)
 
 
 def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None:
@@ -276,5 +281,6 @@ def decide_given(output_tokens_per_s: float, isl: float, osl: float, traffic: Tr
     if output_tokens_per_s <= 0 or osl <= 0 or isl < 0:
         raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
     r = output_tokens_per_s / osl
-    level = MeasuredLevel(GIVEN, 0.0, r, output_tokens_per_s, r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
+    level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=r, output_tokens_per_s=output_tokens_per_s,
+                          input_tokens_per_s=r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
     return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)

@@ -61,13 +61,16 @@ def crossover(request_per_s: float, isl: float, osl: float, a: Assumptions,
     assert c_req is not None, "crossover needs a throughput > 0"
     u_max = a.max_utilization
     if provider_usd_per_request <= 0:
-        return Crossover(None, None, None, u_max, "the provider charges nothing for these requests")
+        return Crossover(monthly_tokens=None, serving_replicas=None, break_even_utilization=None, max_utilization=u_max,
+                         reason="the provider charges nothing for these requests")
     rho = c_req / provider_usd_per_request
     if a.replica_usd_per_hour == 0 and a.ops_usd_per_month == 0:
-        return Crossover(0.0, a.min_serving_replicas, rho, u_max,
-                         "self-hosting costs nothing here (GPU price 0, no operations cost): cheaper at any volume")
+        return Crossover(monthly_tokens=0.0, serving_replicas=a.min_serving_replicas, break_even_utilization=rho,
+                         max_utilization=u_max, reason="self-hosting costs nothing here (GPU price 0, no operations "
+                         "cost): cheaper at any volume")
     if rho >= u_max:
-        return Crossover(None, None, rho, u_max, _never_reason(rho, u_max, a))
+        return Crossover(monthly_tokens=None, serving_replicas=None, break_even_utilization=rho, max_utilization=u_max,
+                         reason=_never_reason(rho, u_max, a))
     b = blended_usd_per_m_tokens(provider_usd_per_request, isl, osl)
     if a.is_autoscaled:
         return _stepped_crossover(request_per_s, isl, osl, a, b, rho)
@@ -113,9 +116,9 @@ def _closed_form_crossover(r: float, isl: float, osl: float, a: Assumptions, b: 
     while m_all > m and volume(m_all - 1) <= lower(m_all - 1):
         m_all -= 1
     stays = max(volume(m_all - 1), lower(m_all - 1)) if m_all > m and crosses(m_all - 1) else lower(m_all)
-    return Crossover(at, m, rho, a.max_utilization, f"self-hosting is cheaper above this volume ({m} serving "
-                                                    f"replica{'s' if m > 1 else ''} at the peak)",
-                     stays_cheaper_above=max(at, stays))
+    return Crossover(monthly_tokens=at, serving_replicas=m, break_even_utilization=rho,
+                     max_utilization=a.max_utilization, reason=f"self-hosting is cheaper above this volume ({m} "
+                     f"serving replica{'s' if m > 1 else ''} at the peak)", stays_cheaper_above=max(at, stays))
 
 
 def _stepped_crossover(r: float, isl: float, osl: float, a: Assumptions, b: float, rho: float) -> Crossover:
@@ -134,12 +137,14 @@ def _stepped_crossover(r: float, isl: float, osl: float, a: Assumptions, b: floa
         cost = a.replica_usd_per_hour * (a.days_per_month * sum(n.values()) + spares) + a.ops_usd_per_month
         at = cost * PER_MILLION / b
         if at <= upper * (1 + _TOLERANCE):
-            return Crossover(max(at, lower), max(n.values()), rho, a.max_utilization,
-                             "self-hosting is cheaper above this volume (autoscaled by the hour)")
+            return Crossover(monthly_tokens=max(at, lower), serving_replicas=max(n.values()),
+                             break_even_utilization=rho, max_utilization=a.max_utilization,
+                             reason="self-hosting is cheaper above this volume (autoscaled by the hour)")
         while edges[0][0] <= upper * (1 + _TOLERANCE):
             _, h = heapq.heappop(edges)
             n[h] += 1
             heapq.heappush(edges, (n[h] / q[h], h))
         lower = upper
-    return Crossover(None, None, rho, a.max_utilization,
-                     f"no crossover below {lower:.3g} tokens/month ({MAX_CROSSOVER_STEPS:,} fleet steps)")
+    return Crossover(monthly_tokens=None, serving_replicas=None, break_even_utilization=rho,
+                     max_utilization=a.max_utilization,
+                     reason=f"no crossover below {lower:.3g} tokens/month ({MAX_CROSSOVER_STEPS:,} fleet steps)")

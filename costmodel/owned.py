@@ -143,7 +143,8 @@ def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Cal
 
     def variation(label: str, o: Owned, v: float = volume) -> Variation:
         s = server_month(o, *power)
-        return Variation(label, own(v, o, s), min(rent(v), api(v)), first_cheaper(lambda x: own(x, o, s), api))
+        return Variation(label=label, self_host_usd_per_month=own(v, o, s), provider_usd_per_month=min(rent(v), api(v)),
+                         crossover_tokens=first_cheaper(lambda x: own(x, o, s), api))
 
     price = owned.usd_per_kwh
     years = owned.amortization_years

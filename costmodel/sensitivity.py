@@ -66,9 +66,11 @@ def outcome(label: str, request_per_s: float, isl: float, osl: float, a: Assumpt
     a_req = request_price(price, isl, osl, a.cache_hit_rate, a.uses_batch_api)
     cross = crossover(request_per_s, isl, osl, a, a_req)
     if monthly_tokens is None:
-        return Variation(label, None, None, cross.monthly_tokens)
+        return Variation(label=label, self_host_usd_per_month=None, provider_usd_per_month=None,
+                         crossover_tokens=cross.monthly_tokens)
     fleet = fleet_for(monthly_tokens, request_per_s, isl, osl, a)
-    return Variation(label, fleet.monthly_usd, fleet.requests_per_month * a_req, cross.monthly_tokens)
+    return Variation(label=label, self_host_usd_per_month=fleet.monthly_usd,
+                     provider_usd_per_month=fleet.requests_per_month * a_req, crossover_tokens=cross.monthly_tokens)
 
 
 Run = Callable[..., Variation]

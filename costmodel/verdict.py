@@ -59,10 +59,12 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
     if self_usd < api_usd:
         head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
                 f"{usd(api_usd - self_usd)}/month less at {tokens(volume)} tokens/month.")
-        return Verdict("self-host", head, tuple(lines), self_usd, api_usd, cross_tokens)
+        return Verdict(answer="self-host", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                       provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
     head = (f"Pay per token: {usd(api_usd)}/month at {where}, against {usd(self_usd)}/month to self-host "
             f"{tokens(volume)} tokens/month.")
-    return Verdict("pay-per-token", head, tuple(lines), self_usd, api_usd, cross_tokens)
+    return Verdict(answer="pay-per-token", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                   provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
 
 
 def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLimits, target: float) -> str:
@@ -145,7 +147,8 @@ def _required(requirements: Requirements, lines: list[str], self_usd: float | No
     head = f"Self-host: required whatever the cost, because {reasons}{extra}."
     if self_usd is not None:
         head += f" It costs {usd(self_usd)}/month."
-    return Verdict("self-host-required", head, tuple(lines), self_usd, api_usd, cross_tokens)
+    return Verdict(answer="self-host-required", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                   provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
 
 
 def with_owned(said: Verdict, owned: OwnedComparison | None) -> Verdict:
@@ -161,7 +164,8 @@ def with_owned(said: Verdict, owned: OwnedComparison | None) -> Verdict:
     if api is not None and own < min(rent, api):
         head = (f"Own the hardware: {usd(own)}/month for {fleet.servers} server(s), against {usd(rent)}/month "
                 f"renting and {usd(api)}/month at {owned.provider_id}.")
-        return Verdict("self-host", head, tuple(lines), own, api, said.crossover_tokens)
+        return Verdict(answer="self-host", headline=head, lines=tuple(lines), self_host_usd_per_month=own,
+                       provider_usd_per_month=api, crossover_tokens=said.crossover_tokens)
     return replace(said, lines=tuple(lines))
 
 

@@ -37,8 +37,10 @@ H100_AT_2_99 = {"gpu": "h100-sxm", "gpu_usd_per_hour": 2.99}
 
 def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) -> EngineLevels:
     r = output_tokens_per_s / osl
-    return EngineLevels("ref", (MeasuredLevel("c64", 64, r, output_tokens_per_s, r * isl, 1.0,
-                                              mean_input_tokens=isl, mean_output_tokens=osl, num_ok=100),))
+    return EngineLevels("ref", (MeasuredLevel(label="c64", load=64, request_per_s=r,
+                                              output_tokens_per_s=output_tokens_per_s, input_tokens_per_s=r * isl,
+                                              slo_attainment=1.0, mean_input_tokens=isl, mean_output_tokens=osl,
+                                              num_ok=100),))
 
 
 def example_1(catalog: object = EXAMPLES, **pricing: object) -> object:
@@ -129,8 +131,9 @@ def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
 
 
 def test_no_level_meeting_the_slo_leaves_the_decision_open_and_says_why() -> None:
-    slow = EngineLevels("ref", (MeasuredLevel("c8", 8, 5.0, 640, 1280, 0.5, ttft_p95_ms=4000, num_ok=10,
-                                              mean_input_tokens=256, mean_output_tokens=128),))
+    slow = EngineLevels("ref", (MeasuredLevel(label="c8", load=8, request_per_s=5.0, output_tokens_per_s=640,
+                                              input_tokens_per_s=1280, slo_attainment=0.5, ttft_p95_ms=4000,
+                                              num_ok=10, mean_input_tokens=256, mean_output_tokens=128),))
     d = decide([slow], LatencyLimits(ttft_ms=2000), Traffic(monthly_tokens=3e9),
                Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
     assert d.best is None and d.verdict.answer == "undecided"

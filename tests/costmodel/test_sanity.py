@@ -87,7 +87,8 @@ def test_the_warning_reaches_the_decision() -> None:
 
 def test_a_measured_level_at_high_concurrency_is_judged_with_its_concurrency() -> None:
     # 100 tok/s at c32 on one H100 at $3.99: 3.99e6 / 360,000 = $11.08 per 1M output tokens
-    level = MeasuredLevel("c32", 32, 100 / 128, 100, 200, 1.0, mean_input_tokens=256, mean_output_tokens=128)
+    level = MeasuredLevel(label="c32", load=32, request_per_s=100 / 128, output_tokens_per_s=100,
+                          input_tokens_per_s=200, slo_attainment=1.0, mean_input_tokens=256, mean_output_tokens=128)
     d = decide(
         [EngineLevels("slow", (level,))],
         LatencyLimits(),
