@@ -40,7 +40,15 @@ from costmodel.owned import compare_owned
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
 from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
-from costmodel.types import CostResult, Decision, EngineLevels, LatencyLimits, ProviderCost, ResolvedPricing
+from costmodel.types import (
+    CostResult,
+    Crossover,
+    Decision,
+    EngineLevels,
+    LatencyLimits,
+    ProviderCost,
+    ResolvedPricing,
+)
 from costmodel.verdict import verdict, with_owned
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
@@ -85,32 +93,24 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
 
 def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
              pricing: ResolvedPricing) -> CostResult:
-    a = pricing.assumptions
-    isl, osl = mean_lengths(engine.levels)
-    costs = tuple(level_cost(lv, a.replica_usd_per_hour, slo, attainment_target)
-                  for lv in sorted(engine.levels, key=lambda lv: lv.load))
+    assumptions = pricing.assumptions
+    mean_input_tokens, mean_output_tokens = mean_lengths(engine.levels)
+    level_costs = tuple(level_cost(level, assumptions.replica_usd_per_hour, slo, attainment_target)
+                        for level in sorted(engine.levels, key=lambda level: level.load))
     point = _point(engine, slo, attainment_target)
-    reason = "" if point else _no_point_reason(costs)
-    fleet = fleet_range = None
-    if point is not None and pricing.monthly_tokens is not None:
-        fleet = fleet_for(pricing.monthly_tokens, point.request_per_s, isl, osl, a)
-        if point.request_per_s_range is not None:
-            low, high = point.request_per_s_range
-            fleet_range = (fleet_for(pricing.monthly_tokens, high, isl, osl, a),
-                           fleet_for(pricing.monthly_tokens, max(low, 1e-9), isl, osl, a))
-    c_req = cost_per(a.replica_usd_per_hour, point.request_per_s) if point else None
-    c_range = None
-    if point is not None and point.request_per_s_range is not None and point.request_per_s_range[0] > 0:
-        c_range = (cost_per(a.replica_usd_per_hour, point.request_per_s_range[1]) or 0.0,
-                   cost_per(a.replica_usd_per_hour, point.request_per_s_range[0]) or 0.0)
-    providers = tuple(_provider_cost(row, row in pricing.references and row not in pricing.providers, isl, osl,
-                                     point, c_req, fleet, a)
-                      for row in (*pricing.providers, *[r for r in pricing.references if r not in pricing.providers]))
+    fleet, fleet_range = _fleets(point, pricing.monthly_tokens, mean_input_tokens, mean_output_tokens, assumptions)
+    usd_per_request, usd_per_request_range = _usd_per_request(point, assumptions.replica_usd_per_hour)
+    secondary = [row for row in pricing.references if row not in pricing.providers]  # compared only when no provider is
+    providers = tuple(_provider_cost(row, row in secondary, mean_input_tokens, mean_output_tokens, point,
+                                     usd_per_request, fleet, assumptions)
+                      for row in (*pricing.providers, *secondary))
+    warnings = _warnings(engine, point, pricing, mean_input_tokens, mean_output_tokens)
     return CostResult(
-        engine=engine.engine, isl=isl, osl=osl, replica_usd_per_hour=a.replica_usd_per_hour, levels=costs,
-        operating_point=point, no_operating_point_reason=reason, usd_per_request=c_req, fleet=fleet,
-        providers=providers, warnings=tuple(_warnings(engine, point, pricing, isl, osl)), fleet_range=fleet_range,
-        usd_per_request_range=c_range)
+        engine=engine.engine, isl=mean_input_tokens, osl=mean_output_tokens,
+        replica_usd_per_hour=assumptions.replica_usd_per_hour, levels=level_costs, operating_point=point,
+        no_operating_point_reason="" if point else _no_point_reason(level_costs), usd_per_request=usd_per_request,
+        fleet=fleet, providers=providers, warnings=tuple(warnings), fleet_range=fleet_range,
+        usd_per_request_range=usd_per_request_range)
 
 
 def _point(engine: EngineLevels, slo: LatencyLimits, attainment_target: float) -> OperatingPoint | None:
@@ -121,48 +121,88 @@ def _point(engine: EngineLevels, slo: LatencyLimits, attainment_target: float) -
     return operating_point(engine.levels, slo, attainment_target)
 
 
-def _provider_cost(row: ProviderPrice, is_secondary: bool, isl: float, osl: float, point: OperatingPoint | None,
-                   c_req: float | None, fleet: FleetPlan | None, a: Assumptions) -> ProviderCost:
-    price = request_price(row, isl, osl, a.cache_hit_rate, a.uses_batch_api)
-    cross = crossover(point.request_per_s, isl, osl, a, price) if point and isl + osl > 0 else None
+def _fleets(point: OperatingPoint | None, monthly_tokens: float | None, mean_input_tokens: float,
+            mean_output_tokens: float,
+            assumptions: Assumptions) -> tuple[FleetPlan | None, tuple[FleetPlan, FleetPlan] | None]:
+    """The fleet for the traffic at the operating point and, over a throughput interval, at its high end
+    (fewer replicas) and its low end; None without a point or a volume."""
+    if point is None or monthly_tokens is None:
+        return None, None
+
+    def fleet_at(request_per_s: float) -> FleetPlan:
+        return fleet_for(monthly_tokens, request_per_s, mean_input_tokens, mean_output_tokens, assumptions)
+
+    if point.request_per_s_range is None:
+        return fleet_at(point.request_per_s), None
+    low, high = point.request_per_s_range
+    return fleet_at(point.request_per_s), (fleet_at(high), fleet_at(max(low, 1e-9)))
+
+
+def _usd_per_request(point: OperatingPoint | None,
+                     replica_usd_per_hour: float) -> tuple[float | None, tuple[float, float] | None]:
+    """C_req at the operating point and, over a throughput interval with a low end above 0, at its high and
+    low ends (cheapest first)."""
+    if point is None:
+        return None, None
+    usd_per_request = cost_per(replica_usd_per_hour, point.request_per_s)
+    if point.request_per_s_range is None or point.request_per_s_range[0] <= 0:
+        return usd_per_request, None
+    low, high = point.request_per_s_range
+    return usd_per_request, (cost_per(replica_usd_per_hour, high) or 0.0, cost_per(replica_usd_per_hour, low) or 0.0)
+
+
+def _provider_cost(row: ProviderPrice, is_secondary: bool, mean_input_tokens: float, mean_output_tokens: float,
+                   point: OperatingPoint | None, self_usd_per_request: float | None, fleet: FleetPlan | None,
+                   assumptions: Assumptions) -> ProviderCost:
+    """One provider's price for a request of the measured lengths, its monthly bill for the traffic, and where
+    self-hosting crosses it (over a throughput interval: at its high end and its low end)."""
+    usd_per_request = request_price(row, mean_input_tokens, mean_output_tokens, assumptions.cache_hit_rate,
+                                    assumptions.uses_batch_api)
+
+    def crossover_at(request_per_s: float) -> Crossover:
+        return crossover(request_per_s, mean_input_tokens, mean_output_tokens, assumptions, usd_per_request)
+
+    cross = crossover_at(point.request_per_s) if point and mean_input_tokens + mean_output_tokens > 0 else None
     cross_range = None
     if cross is not None and point is not None and point.request_per_s_range is not None:
         low, high = point.request_per_s_range
-        cross_range = (crossover(high, isl, osl, a, price).monthly_tokens,
-                       crossover(low, isl, osl, a, price).monthly_tokens if low > 0 else None)
+        cross_range = (crossover_at(high).monthly_tokens, crossover_at(low).monthly_tokens if low > 0 else None)
     return ProviderCost(
         id=row.id, model=row.model, model_name=row.model_name or row.model, open_weights=row.open_weights,
-        is_secondary=is_secondary, quantization=row.quantization, usd_per_request=price,
-        usd_per_m_tokens=blended_usd_per_m_tokens(price, isl, osl),
-        monthly_usd=fleet.requests_per_month * price if fleet else None,
-        break_even_utilization=break_even_utilization(c_req, price), crossover=cross, crossover_range=cross_range)
+        is_secondary=is_secondary, quantization=row.quantization, usd_per_request=usd_per_request,
+        usd_per_m_tokens=blended_usd_per_m_tokens(usd_per_request, mean_input_tokens, mean_output_tokens),
+        monthly_usd=fleet.requests_per_month * usd_per_request if fleet else None,
+        break_even_utilization=break_even_utilization(self_usd_per_request, usd_per_request), crossover=cross,
+        crossover_range=cross_range)
 
 
-def _no_point_reason(costs: tuple[LevelCost, ...]) -> str:
-    if not costs:
+def _no_point_reason(level_costs: tuple[LevelCost, ...]) -> str:
+    if not level_costs:
         return "no level was measured"
-    return "no measured level meets the SLO: " + "; ".join(f"{c.label}: {', '.join(c.slo_problems)}" for c in costs)
+    return "no measured level meets the SLO: " + "; ".join(f"{cost.label}: {', '.join(cost.slo_problems)}"
+                                                           for cost in level_costs)
 
 
-def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing, isl: float,
-              osl: float) -> list[str]:
-    warnings = [f"{engine.engine} {lv.label}: the client fell behind; the level is not used for the operating point"
-                for lv in engine.levels if not lv.is_valid]
+def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing,
+              mean_input_tokens: float, mean_output_tokens: float) -> list[str]:
+    warnings = [f"{engine.engine} {level.label}: the client fell behind; the level is not used for the operating "
+                "point" for level in engine.levels if not level.is_valid]
     if point is not None and point.next_failing is None and point.level != GIVEN and engine.capacity is None:
         warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.level}); its "
                         "capacity may be higher, so the self-hosted cost may be lower: measure more load "
                         "(`bench capacity` finds it)")
-    share = pricing.input_share
-    if share is not None and isl + osl > 0 and abs(share - isl / (isl + osl)) > MIX_MISMATCH:
+    share, tokens_per_request = pricing.input_share, mean_input_tokens + mean_output_tokens
+    measured_share = mean_input_tokens / tokens_per_request if tokens_per_request > 0 else None
+    if share is not None and measured_share is not None and abs(share - measured_share) > MIX_MISMATCH:
         warnings.append(f"the traffic is {share:.0%} input tokens but the measured workload was "
-                        f"{isl / (isl + osl):.0%}: measure with the traffic's prompt and answer lengths")
-    level = next((lv for lv in (*engine.levels, engine.capacity) if lv and point and lv.label == point.level),
-                 None)
-    if level and level.summary_request_per_s and level.request_per_s > 0:
-        gap = abs(level.summary_request_per_s / level.request_per_s - 1)
+                        f"{measured_share:.0%}: measure with the traffic's prompt and answer lengths")
+    at = next((level for level in (*engine.levels, engine.capacity) if level and point and level.label == point.level),
+              None)
+    if at and at.summary_request_per_s and at.request_per_s > 0:
+        gap = abs(at.summary_request_per_s / at.request_per_s - 1)
         if gap > RATE_MISMATCH:
-            warnings.append(f"{engine.engine} {level.label}: requests ending in the steady window give "
-                            f"{level.summary_request_per_s:.2f} req/s, tokens give {level.request_per_s:.2f}: "
+            warnings.append(f"{engine.engine} {at.label}: requests ending in the steady window give "
+                            f"{at.summary_request_per_s:.2f} req/s, tokens give {at.request_per_s:.2f}: "
                             "the level is too short to count requests; run longer levels")
     return warnings
 
@@ -170,7 +210,7 @@ def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: Resol
 def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic | None, pricing: Pricing,
            requirements: Requirements, catalog: PriceCatalog, today: date) -> Decision:
     resolved = resolve(traffic, pricing, catalog)
-    results = tuple(evaluate(e, slo, pricing.slo_attainment_target, resolved) for e in engines)
+    results = tuple(evaluate(engine, slo, pricing.slo_attainment_target, resolved) for engine in engines)
     best = _best(results)
     compared = _compared_to(best) if best else None
     rows = sensitivity(best, compared, resolved, catalog) if best and compared else None
@@ -232,7 +272,7 @@ def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffi
                         f"({resolved.assumptions.billed_hours_per_month:g} h/month here), and a request after an "
                         f"idle spell waits a cold start ({wait}) that the measured TTFT does not include")
     if traffic is not None and traffic.uses_batch_api and not any(
-            r.batch_discount for r in (*resolved.providers, *resolved.references)):
+            row.batch_discount for row in (*resolved.providers, *resolved.references)):
         warnings.append("uses_batch_api: no compared price row has a batch discount, so none is applied "
                         "(give one in a --prices file)")
     return warnings
@@ -240,47 +280,51 @@ def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffi
 
 def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedPricing) -> list[str]:
     """Each engine's cost per 1M output tokens at its operating point against the published bands."""
-    a = resolved.assumptions
-    models = {r.model for r in resolved.providers}
+    assumptions = resolved.assumptions
+    models = {row.model for row in resolved.providers}
     model = pricing.model or (models.pop() if len(models) == 1 else None)
     gpu = resolved.gpu.gpu if resolved.gpu else pricing.gpu
     warnings = []
     for result in results:
         point = result.operating_point
-        cost = cost_per(a.replica_usd_per_hour, point.output_tokens_per_s, PER_MILLION) if point else None
-        if point is None or cost is None:
+        usd_per_m_output_tokens = (cost_per(assumptions.replica_usd_per_hour, point.output_tokens_per_s, PER_MILLION)
+                                   if point else None)
+        if point is None or usd_per_m_output_tokens is None:
             continue
         concurrency = point.load if point.level.startswith("c") else None
         warnings += [f"{result.engine} {point.level}: {text}" for text in sanity_warnings(
-            cost, model, gpu, a.gpus_per_replica, a.gpu_usd_per_hour, concurrency)]
+            usd_per_m_output_tokens, model, gpu, assumptions.gpus_per_replica, assumptions.gpu_usd_per_hour,
+            concurrency)]
     return warnings
 
 
 def _best(results: tuple[CostResult, ...]) -> CostResult | None:
-    sized = [r for r in results if r.operating_point is not None]
+    sized = [result for result in results if result.operating_point is not None]
     if not sized:
         return None
-    if all(r.fleet is not None for r in sized):
-        return min(sized, key=lambda r: r.fleet.monthly_usd if r.fleet else 0.0)
-    return min(sized, key=lambda r: r.usd_per_request if r.usd_per_request is not None else float("inf"))
+    if all(result.fleet is not None for result in sized):
+        return min(sized, key=lambda result: result.fleet.monthly_usd if result.fleet else 0.0)
+    return min(sized, key=lambda result: result.usd_per_request if result.usd_per_request is not None
+               else float("inf"))
 
 
 def _compared_to(result: CostResult) -> ProviderCost | None:
     """The cheapest host of the same open model; failing that the cheapest named provider or reference."""
-    for pool in ([p for p in result.providers if not p.is_secondary and p.open_weights],
-                 [p for p in result.providers if not p.is_secondary], list(result.providers)):
+    for pool in ([provider for provider in result.providers if not provider.is_secondary and provider.open_weights],
+                 [provider for provider in result.providers if not provider.is_secondary], list(result.providers)):
         if pool:
-            return min(pool, key=lambda p: (p.usd_per_request, p.id))
+            return min(pool, key=lambda provider: (provider.usd_per_request, provider.id))
     return None
 
 
-def decide_given(output_tokens_per_s: float, isl: float, osl: float, traffic: Traffic | None, pricing: Pricing,
-                 requirements: Requirements, catalog: PriceCatalog, today: date,
-                 engine: str = "self-hosted") -> Decision:
+def decide_given(output_tokens_per_s: float, mean_input_tokens: float, mean_output_tokens: float,
+                 traffic: Traffic | None, pricing: Pricing, requirements: Requirements, catalog: PriceCatalog,
+                 today: date, engine: str = "self-hosted") -> Decision:
     """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO."""
-    if output_tokens_per_s <= 0 or osl <= 0 or isl < 0:
+    if output_tokens_per_s <= 0 or mean_output_tokens <= 0 or mean_input_tokens < 0:
         raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
-    r = output_tokens_per_s / osl
-    level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=r, output_tokens_per_s=output_tokens_per_s,
-                          input_tokens_per_s=r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
+    request_per_s = output_tokens_per_s / mean_output_tokens
+    level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=request_per_s, output_tokens_per_s=output_tokens_per_s,
+                          input_tokens_per_s=request_per_s * mean_input_tokens, mean_input_tokens=mean_input_tokens,
+                          mean_output_tokens=mean_output_tokens)
     return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)
