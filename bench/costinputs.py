@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from costmodel.model import slo_problems
-from costmodel.types import LatencyLimits, MeasuredLevel, TokenUsage
+from costmodel.types import LatencyLimits, LevelKind, MeasuredLevel, TokenUsage
 from loadgen.arrivals import parse_label
 from loadgen.repeats import by_level, interval
 from loadgen.types import SLO, GpuView, LevelSummary, ServerView
@@ -31,6 +32,7 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
         e2e_p95_ms=summary.e2e_ms.p95, ttfvt_p95_ms=summary.ttfvt_ms.p95, mean_input_tokens=mean_input_tokens,
         mean_output_tokens=mean_output_tokens, num_ok=summary.num_ok, is_valid=summary.is_valid,
         summary_request_per_s=summary.request_per_s,
+        kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
     )
 
 
@@ -60,7 +62,7 @@ def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) 
         mean_output_tokens=mean([repeat.mean_output_tokens for repeat in repeats]) or 0.0,
         num_ok=sum(repeat.num_ok for repeat in repeats), is_valid=all(repeat.is_valid for repeat in repeats),
         summary_request_per_s=mean([repeat.summary_request_per_s for repeat in repeats]),
-        request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(repeats),
+        request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(repeats), kind=repeats[0].kind,
     )
 
 

@@ -187,7 +187,7 @@ def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: Resol
               mean_input_tokens: float, mean_output_tokens: float) -> list[str]:
     warnings = [f"{engine.engine} {level.label}: the client fell behind; the level is not used for the operating "
                 "point" for level in engine.levels if not level.is_valid]
-    if point is not None and point.next_failing is None and point.level != GIVEN and engine.capacity is None:
+    if point is not None and point.next_failing is None and point.kind != "given" and engine.capacity is None:
         warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.level}); its "
                         "capacity may be higher, so the self-hosted cost may be lower: measure more load "
                         "(`bench capacity` finds it)")
@@ -291,7 +291,7 @@ def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedP
                                    if point else None)
         if point is None or usd_per_m_output_tokens is None:
             continue
-        concurrency = point.load if point.level.startswith("c") else None
+        concurrency = point.load if point.kind == "concurrency" else None
         warnings += [f"{result.engine} {point.level}: {text}" for text in sanity_warnings(
             usd_per_m_output_tokens, model, gpu, assumptions.gpus_per_replica, assumptions.gpu_usd_per_hour,
             concurrency)]
@@ -326,5 +326,5 @@ def decide_given(output_tokens_per_s: float, mean_input_tokens: float, mean_outp
     request_per_s = output_tokens_per_s / mean_output_tokens
     level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=request_per_s, output_tokens_per_s=output_tokens_per_s,
                           input_tokens_per_s=request_per_s * mean_input_tokens, mean_input_tokens=mean_input_tokens,
-                          mean_output_tokens=mean_output_tokens)
+                          mean_output_tokens=mean_output_tokens, kind="given")
     return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)

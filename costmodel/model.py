@@ -139,8 +139,9 @@ def at_level(level: MeasuredLevel, next_failing: str | None, limited_by: str) ->
         tokens_range = (rate_range[0] * per_request, rate_range[1] * per_request)
     return OperatingPoint(
         load=level.load, request_per_s=level.request_per_s, output_tokens_per_s=level.output_tokens_per_s,
-        level=level.label, next_failing=next_failing, limited_by=limited_by, request_per_s_range=rate_range,
-        output_tokens_per_s_range=tokens_range, num_repeats=level.num_repeats, power_w_per_gpu=level.power_w_per_gpu)
+        level=level.label, kind=level.kind, next_failing=next_failing, limited_by=limited_by,
+        request_per_s_range=rate_range, output_tokens_per_s_range=tokens_range, num_repeats=level.num_repeats,
+        power_w_per_gpu=level.power_w_per_gpu)
 
 
 def request_price(price: ProviderPrice, isl: float, osl: float, cache_hit_rate: float = 0.0,

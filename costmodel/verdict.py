@@ -70,7 +70,7 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
 def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLimits, target: float) -> str:
     point = best.operating_point
     assert point is not None
-    if point.level == "given":
+    if point.kind == "given":
         return (f"At {point.request_per_s:.2f} requests/s per replica ({point.output_tokens_per_s:,.0f} output "
                 f"tokens/s, as given) a request costs {usd(best.usd_per_request)} on "
                 f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
