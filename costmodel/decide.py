@@ -79,6 +79,19 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
 
 def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic | None, pricing: Pricing,
            requirements: Requirements, catalog: PriceCatalog, today: date) -> Decision:
+    """Self-host or pay per token: the whole decision from what was measured and what things cost.
+
+    From each engine's measured levels (`engines`, with a capacity search's answer where one ran), the latency
+    limits a level must meet (`slo`, by at least `pricing.slo_attainment_target` of its requests), the traffic
+    (monthly volume and its shape; None: the defaults), the pricing (the GPU and replica, the providers to
+    compare with, operations, owned hardware), the requirements that can make self-hosting necessary, the
+    catalog the names are priced from, and `today` (to call a price stale).
+
+    Gives the Decision: each engine's costs (per level, at its operating point, the fleet for the traffic,
+    each provider's price and crossover), the cheapest engine and the provider it is held against, how the
+    answer moves with each assumption, the verdict (owning beside renting with pricing.owned), and what the
+    inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
+    """
     resolved = resolve(traffic, pricing, catalog)
     results = tuple(evaluate(engine, slo, pricing.slo_attainment_target, resolved) for engine in engines)
     best = _best(results)
@@ -87,14 +100,7 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     rows_used: list[GpuPrice | ProviderPrice] = [*resolved.providers, *resolved.references]
     if resolved.gpu:
         rows_used.append(resolved.gpu)
-    warnings = []
-    if resolved.assumptions.ops_usd_per_month == 0:
-        warnings.append("operations cost is $0/month: people's time to run the fleet is not counted "
-                        "(set pricing.ops_usd_per_month)")
-    if not resolved.providers and not resolved.references:
-        warnings.append("no provider to compare with: set pricing.model or pass --provider")
-    warnings += _price_warnings(resolved, pricing, traffic, rows_used)
-    warnings += _sanity(results, pricing, resolved)
+    warnings = _price_warnings(resolved, pricing, traffic, rows_used) + _sanity(results, pricing, resolved)
     said = verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target)
     owned = None
     if best is not None and pricing.owned is not None:
@@ -129,8 +135,14 @@ def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None
 
 def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffic | None,
                     rows_used: Sequence[GpuPrice | ProviderPrice]) -> list[str]:
-    """What the prices themselves leave out: undated rows, serverless cold starts, a batch API without a discount."""
+    """What the prices leave out: operations at $0, a provider to compare with, a date on each row, serverless
+    cold starts, a batch discount for traffic that can use the batch API."""
     warnings = []
+    if resolved.assumptions.ops_usd_per_month == 0:
+        warnings.append("operations cost is $0/month: people's time to run the fleet is not counted "
+                        "(set pricing.ops_usd_per_month)")
+    if not resolved.providers and not resolved.references:
+        warnings.append("no provider to compare with: set pricing.model or pass --provider")
     undated = undated_prices(rows_used)
     if undated:
         warnings.append(f"undated price(s), their source gives no date: {', '.join(undated)}")
@@ -169,6 +181,8 @@ def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedP
 
 
 def _best(results: tuple[CostResult, ...]) -> CostResult | None:
+    """The engine with an operating point whose fleet costs least a month; without a volume, the cheapest per
+    request."""
     sized = [result for result in results if result.operating_point is not None]
     if not sized:
         return None

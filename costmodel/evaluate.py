@@ -39,6 +39,10 @@ RATE_MISMATCH = 0.25  # window request count vs token-derived rate at the operat
 
 def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
              pricing: ResolvedPricing) -> CostResult:
+    """One engine's CostResult: each measured level's cost; its operating point (the capacity a search found
+    when it meets `slo`, else the highest measured level that does; with neither, the reason); the cost of a
+    request and the fleet for the traffic there (with their ranges over a throughput interval); each
+    provider's and reference's price at the engine's measured lengths; what the measurements leave doubtful."""
     assumptions = pricing.assumptions
     mean_input_tokens, mean_output_tokens = mean_lengths(engine.levels)
     level_costs = tuple(level_cost(level, assumptions.replica_usd_per_hour, slo, attainment_target)
@@ -123,6 +127,7 @@ def _provider_cost(row: ProviderPrice, is_secondary: bool, mean_input_tokens: fl
 
 
 def _no_point_reason(level_costs: tuple[LevelCost, ...]) -> str:
+    """Why no level is the operating point: each level's SLO problems."""
     if not level_costs:
         return "no level was measured"
     return "no measured level meets the SLO: " + "; ".join(f"{cost.label}: {', '.join(cost.slo_problems)}"
@@ -131,6 +136,9 @@ def _no_point_reason(level_costs: tuple[LevelCost, ...]) -> str:
 
 def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing,
               mean_input_tokens: float, mean_output_tokens: float) -> list[str]:
+    """What the measurements leave doubtful: levels where the client fell behind, an SLO that held at the
+    highest load measured, a workload of another input share than the traffic's, a level too short to count
+    its requests."""
     warnings = [f"{engine.engine} {level.label}: the client fell behind; the level is not used for the operating "
                 "point" for level in engine.levels if not level.is_valid]
     if point is not None and point.next_failing is None and point.kind != "given" and engine.capacity is None:

@@ -47,14 +47,25 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
         head = f"Self-hosting costs {usd(self_usd)}/month" if self_usd is not None else "Self-hosting is sized below"
         return Verdict("undecided", f"{head}; there is no provider price to compare it with.", tuple(lines), self_usd)
     if fleet is None or api_usd is None or self_usd is None:
-        lines.insert(0, "No traffic volume given: set traffic.monthly_tokens in the scenario or pass --monthly-tokens "
-                        "to get monthly costs and a fleet size.")
-        if cross_tokens is None:
-            return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
-                           "that meets the SLO.", tuple(lines), crossover_tokens=None)
-        return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
-                       f"{_volume_span(cross_tokens, compared.crossover_range)} tokens/month.", tuple(lines),
-                       crossover_tokens=cross_tokens)
+        return _without_volume(compared, cross_tokens, lines)
+    return _cheaper_side(self_usd, api_usd, cross_tokens, compared, volume, lines)
+
+
+def _without_volume(compared: ProviderCost, cross_tokens: float | None, lines: list[str]) -> Verdict:
+    """No traffic volume: the crossover alone says whether self-hosting can win, and above what volume."""
+    said = ("No traffic volume given: set traffic.monthly_tokens in the scenario or pass --monthly-tokens "
+            "to get monthly costs and a fleet size.", *lines)
+    if cross_tokens is None:
+        return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
+                       "that meets the SLO.", said, crossover_tokens=None)
+    return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
+                   f"{_volume_span(cross_tokens, compared.crossover_range)} tokens/month.", said,
+                   crossover_tokens=cross_tokens)
+
+
+def _cheaper_side(self_usd: float, api_usd: float, cross_tokens: float | None, compared: ProviderCost,
+                  volume: float | None, lines: list[str]) -> Verdict:
+    """Both monthly costs known: the cheaper side, by how much, at the traffic's volume."""
     where = f"{compared.id}, the cheapest of the compared hosts" if not compared.is_secondary else compared.id
     if self_usd < api_usd:
         head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
