@@ -150,12 +150,13 @@ def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: Resol
     if share is not None and measured_share is not None and abs(share - measured_share) > MIX_MISMATCH:
         warnings.append(f"the traffic is {share:.0%} input tokens but the measured workload was "
                         f"{measured_share:.0%}: measure with the traffic's prompt and answer lengths")
-    at = next((level for level in (*engine.levels, engine.capacity) if level and point and level.label == point.level),
-              None)
-    if at and at.summary_request_per_s and at.request_per_s > 0:
-        gap = abs(at.summary_request_per_s / at.request_per_s - 1)
+    point_level = next((level for level in (*engine.levels, engine.capacity)
+                        if level and point and level.label == point.level), None)
+    if point_level and point_level.summary_request_per_s and point_level.request_per_s > 0:
+        gap = abs(point_level.summary_request_per_s / point_level.request_per_s - 1)
         if gap > RATE_MISMATCH:
-            warnings.append(f"{engine.engine} {at.label}: requests ending in the steady window give "
-                            f"{at.summary_request_per_s:.2f} req/s, tokens give {at.request_per_s:.2f}: "
-                            "the level is too short to count requests; run longer levels")
+            warnings.append(f"{engine.engine} {point_level.label}: requests ending in the steady window give "
+                            f"{point_level.summary_request_per_s:.2f} req/s, tokens give "
+                            f"{point_level.request_per_s:.2f}: the level is too short to count requests; run "
+                            "longer levels")
     return warnings
