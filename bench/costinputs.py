@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from costmodel.model import slo_problems
-from costmodel.types import LatencyLimits, MeasuredLevel, TokenUsage
+from costmodel.types import LatencyLimits, LevelKind, MeasuredLevel, TokenUsage
 from loadgen.arrivals import parse_label
 from loadgen.repeats import by_level, interval
 from loadgen.types import SLO, GpuView, LevelSummary, ServerView
@@ -19,44 +20,49 @@ def latency_limits(slo: SLO) -> LatencyLimits:
     return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms, ttfvt_ms=slo.ttfvt_ms)
 
 
-def level_from_summary(s: LevelSummary) -> MeasuredLevel:
+def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
     """What the cost model needs of one measured level (its request rate from tokens: see MeasuredLevel)."""
-    isl = _finite(s.mean_input_tokens)
-    osl = _finite(s.mean_output_tokens)
-    request_per_s = s.output_tokens_per_s / osl if osl > 0 else 0.0
+    mean_input_tokens = _finite(summary.mean_input_tokens)
+    mean_output_tokens = _finite(summary.mean_output_tokens)
+    request_per_s = summary.output_tokens_per_s / mean_output_tokens if mean_output_tokens > 0 else 0.0
     return MeasuredLevel(
-        label=s.level, load=s.target, request_per_s=request_per_s, output_tokens_per_s=s.output_tokens_per_s,
-        input_tokens_per_s=request_per_s * isl, slo_attainment=s.slo_attainment,
-        ttft_p95_ms=s.ttft_ms.p95, tpot_p95_ms=s.tpot_ms.p95, e2e_p95_ms=s.e2e_ms.p95, ttfvt_p95_ms=s.ttfvt_ms.p95,
-        mean_input_tokens=isl, mean_output_tokens=osl, num_ok=s.num_ok, is_valid=s.is_valid,
-        summary_request_per_s=s.request_per_s,
+        label=summary.level, load=summary.target, request_per_s=request_per_s,
+        output_tokens_per_s=summary.output_tokens_per_s, input_tokens_per_s=request_per_s * mean_input_tokens,
+        slo_attainment=summary.slo_attainment, ttft_p95_ms=summary.ttft_ms.p95, tpot_p95_ms=summary.tpot_ms.p95,
+        e2e_p95_ms=summary.e2e_ms.p95, ttfvt_p95_ms=summary.ttfvt_ms.p95, mean_input_tokens=mean_input_tokens,
+        mean_output_tokens=mean_output_tokens, num_ok=summary.num_ok, is_valid=summary.is_valid,
+        summary_request_per_s=summary.request_per_s,
+        kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
     )
 
 
 def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) -> MeasuredLevel:
     """Several measurements of one level (its repeats) as one: every figure their mean, the request rate
     also as its 95 % interval; valid only if every repeat was. One summary is that summary's level."""
-    levels = [level_from_summary(s) for s in summaries]
-    if len(levels) == 1:
-        return levels[0] if label is None else replace(levels[0], label=label)
-    rates = interval([lv.request_per_s for lv in levels])
+    repeats = [level_from_summary(summary) for summary in summaries]
+    if len(repeats) == 1:
+        return repeats[0] if label is None else replace(repeats[0], label=label)
+    rates = interval([repeat.request_per_s for repeat in repeats])
 
     def mean(values: Sequence[float | None]) -> float | None:
         known = [v for v in values if v is not None and math.isfinite(v)]
         return sum(known) / len(known) if known else None
 
     return MeasuredLevel(
-        label=label or summaries[0].base_level or summaries[0].level, load=mean([lv.load for lv in levels]) or 0.0,
-        request_per_s=rates.mean, output_tokens_per_s=mean([lv.output_tokens_per_s for lv in levels]) or 0.0,
-        input_tokens_per_s=mean([lv.input_tokens_per_s for lv in levels]) or 0.0,
-        slo_attainment=mean([lv.slo_attainment for lv in levels]) or 0.0,
-        ttft_p95_ms=mean([lv.ttft_p95_ms for lv in levels]), tpot_p95_ms=mean([lv.tpot_p95_ms for lv in levels]),
-        e2e_p95_ms=mean([lv.e2e_p95_ms for lv in levels]), ttfvt_p95_ms=mean([lv.ttfvt_p95_ms for lv in levels]),
-        mean_input_tokens=mean([lv.mean_input_tokens for lv in levels]) or 0.0,
-        mean_output_tokens=mean([lv.mean_output_tokens for lv in levels]) or 0.0,
-        num_ok=sum(lv.num_ok for lv in levels), is_valid=all(lv.is_valid for lv in levels),
-        summary_request_per_s=mean([lv.summary_request_per_s for lv in levels]),
-        request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(levels),
+        label=label or summaries[0].base_level or summaries[0].level,
+        load=mean([repeat.load for repeat in repeats]) or 0.0, request_per_s=rates.mean,
+        output_tokens_per_s=mean([repeat.output_tokens_per_s for repeat in repeats]) or 0.0,
+        input_tokens_per_s=mean([repeat.input_tokens_per_s for repeat in repeats]) or 0.0,
+        slo_attainment=mean([repeat.slo_attainment for repeat in repeats]) or 0.0,
+        ttft_p95_ms=mean([repeat.ttft_p95_ms for repeat in repeats]),
+        tpot_p95_ms=mean([repeat.tpot_p95_ms for repeat in repeats]),
+        e2e_p95_ms=mean([repeat.e2e_p95_ms for repeat in repeats]),
+        ttfvt_p95_ms=mean([repeat.ttfvt_p95_ms for repeat in repeats]),
+        mean_input_tokens=mean([repeat.mean_input_tokens for repeat in repeats]) or 0.0,
+        mean_output_tokens=mean([repeat.mean_output_tokens for repeat in repeats]) or 0.0,
+        num_ok=sum(repeat.num_ok for repeat in repeats), is_valid=all(repeat.is_valid for repeat in repeats),
+        summary_request_per_s=mean([repeat.summary_request_per_s for repeat in repeats]),
+        request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(repeats), kind=repeats[0].kind,
     )
 
 
@@ -65,9 +71,9 @@ def measured_levels(summaries: Sequence[LevelSummary]) -> tuple[MeasuredLevel, .
     return tuple(repeated_level(runs, level) for (_, level), runs in by_level(summaries).items())
 
 
-def slo_problems_of(s: LevelSummary, slo: SLO, attainment_target: float) -> tuple[str, ...]:
+def slo_problems_of(summary: LevelSummary, slo: SLO, attainment_target: float) -> tuple[str, ...]:
     """Why the level does not meet the SLO (the cost model's own rule); empty when it does."""
-    return slo_problems(level_from_summary(s), latency_limits(slo), attainment_target)
+    return slo_problems(level_from_summary(summary), latency_limits(slo), attainment_target)
 
 
 def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | None:
@@ -123,5 +129,5 @@ def with_power(levels: Sequence[MeasuredLevel], views: Sequence[GpuView]) -> tup
         base = parse_label(label).base
         return lambda other: parse_label(other).base == base
 
-    with_watts = [(lv, power_per_gpu(views, same_level(lv.label))) for lv in levels]
-    return tuple(lv if watts is None else replace(lv, power_w_per_gpu=watts) for lv, watts in with_watts)
+    with_watts = [(level, power_per_gpu(views, same_level(level.label))) for level in levels]
+    return tuple(level if watts is None else replace(level, power_w_per_gpu=watts) for level, watts in with_watts)

@@ -16,13 +16,18 @@ def monthly_cost_curve(decision: Decision, points: int = CURVE_POINTS) -> CostCu
     best = decision.best
     if best is None:
         return None
-    anchors = [v for v in [decision.pricing.monthly_tokens,
-                           *[p.crossover.monthly_tokens for p in best.providers if p.crossover]] if v]
+    anchors = [volume for volume in [decision.pricing.monthly_tokens,
+                                     *[provider.crossover.monthly_tokens for provider in best.providers
+                                       if provider.crossover]] if volume]
     low, high = (min(anchors) / 30, max(anchors) * 30) if anchors else (1e8, 1e12)
-    volumes = [float(v) for v in np.geomspace(max(low, 1e6), max(high, 1e7), points)]
-    a = decision.pricing.assumptions
-    self_host = {r.engine: [fleet_for(v, r.operating_point.request_per_s, r.isl, r.osl, a).monthly_usd for v in volumes]
-                 for r in decision.results if r.operating_point and r.isl + r.osl > 0}
-    providers = {p.id: [v * p.usd_per_m_tokens / 1e6 for v in volumes] for p in best.providers}
-    crossovers = {p.id: p.crossover.monthly_tokens for p in best.providers if p.crossover}
-    return CostCurve(volumes, self_host, providers, crossovers, decision.pricing.monthly_tokens)
+    volumes = [float(volume) for volume in np.geomspace(max(low, 1e6), max(high, 1e7), points)]
+    assumptions = decision.pricing.assumptions
+    self_host = {result.engine: [fleet_for(volume, result.operating_point.request_per_s, result.isl, result.osl,
+                                           assumptions).monthly_usd for volume in volumes]
+                 for result in decision.results if result.operating_point and result.isl + result.osl > 0}
+    providers = {provider.id: [volume * provider.usd_per_m_tokens / 1e6 for volume in volumes]
+                 for provider in best.providers}
+    crossovers = {provider.id: provider.crossover.monthly_tokens for provider in best.providers
+                  if provider.crossover}
+    return CostCurve(volumes=volumes, self_host=self_host, providers=providers, crossovers=crossovers,
+                     traffic=decision.pricing.monthly_tokens)

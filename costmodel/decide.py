@@ -1,7 +1,8 @@
 """The decision: measured engines + scenario sections + price catalog -> costs per engine and one verdict.
 
 `decide` is the one library call behind `bench report` and `bench cost`. It resolves names to prices
-(`resolve`), evaluates every engine (`evaluate`), picks the cheapest, and says what it means (`verdict`).
+(`resolve`), evaluates every engine (`costmodel.evaluate`), picks the cheapest, and says what it means
+(`verdict`).
 Pure: the catalog and today's date come in as arguments.
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date
 
-from costmodel.fleet import Assumptions, FleetPlan, crossover, fleet_for
+from costmodel.evaluate import evaluate
 from costmodel.hardware import gpu_spec
 from costmodel.inputs import (
     DEFAULT_PEAK_TO_AVERAGE,
@@ -21,31 +22,24 @@ from costmodel.inputs import (
     Traffic,
     bills_every_hour,
 )
-from costmodel.model import (
-    PER_MILLION,
-    LevelCost,
-    MeasuredLevel,
-    OperatingPoint,
-    at_level,
-    blended_usd_per_m_tokens,
-    break_even_utilization,
-    cost_per,
-    level_cost,
-    mean_lengths,
-    operating_point,
-    request_price,
-    slo_problems,
-)
+from costmodel.model import PER_MILLION, cost_per
 from costmodel.owned import compare_owned
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
 from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
-from costmodel.types import CostResult, Decision, EngineLevels, LatencyLimits, ProviderCost, ResolvedPricing
+from costmodel.types import (
+    Assumptions,
+    CostResult,
+    Decision,
+    EngineLevels,
+    LatencyLimits,
+    MeasuredLevel,
+    ProviderCost,
+    ResolvedPricing,
+)
 from costmodel.verdict import verdict, with_owned
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
-MIX_MISMATCH = 0.10  # input share of the traffic vs the measured workload, before a warning
-RATE_MISMATCH = 0.25  # window request count vs token-derived rate at the operating point, before a warning
 
 
 def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) -> ResolvedPricing:
@@ -83,105 +77,30 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
         monthly_tokens=traffic.total_tokens(), input_share=traffic.input_share(), assumed=tuple(assumed))
 
 
-def evaluate(engine: EngineLevels, slo: LatencyLimits, attainment_target: float,
-             pricing: ResolvedPricing) -> CostResult:
-    a = pricing.assumptions
-    isl, osl = mean_lengths(engine.levels)
-    costs = tuple(level_cost(lv, a.replica_usd_per_hour, slo, attainment_target)
-                  for lv in sorted(engine.levels, key=lambda lv: lv.load))
-    point = _point(engine, slo, attainment_target)
-    reason = "" if point else _no_point_reason(costs)
-    fleet = fleet_range = None
-    if point is not None and pricing.monthly_tokens is not None:
-        fleet = fleet_for(pricing.monthly_tokens, point.request_per_s, isl, osl, a)
-        if point.request_per_s_range is not None:
-            low, high = point.request_per_s_range
-            fleet_range = (fleet_for(pricing.monthly_tokens, high, isl, osl, a),
-                           fleet_for(pricing.monthly_tokens, max(low, 1e-9), isl, osl, a))
-    c_req = cost_per(a.replica_usd_per_hour, point.request_per_s) if point else None
-    c_range = None
-    if point is not None and point.request_per_s_range is not None and point.request_per_s_range[0] > 0:
-        c_range = (cost_per(a.replica_usd_per_hour, point.request_per_s_range[1]) or 0.0,
-                   cost_per(a.replica_usd_per_hour, point.request_per_s_range[0]) or 0.0)
-    providers = tuple(_provider_cost(row, row in pricing.references and row not in pricing.providers, isl, osl,
-                                     point, c_req, fleet, a)
-                      for row in (*pricing.providers, *[r for r in pricing.references if r not in pricing.providers]))
-    return CostResult(engine.engine, isl, osl, a.replica_usd_per_hour, costs, point, reason, c_req, fleet,
-                      providers, tuple(_warnings(engine, point, pricing, isl, osl)), fleet_range, c_range)
-
-
-def _point(engine: EngineLevels, slo: LatencyLimits, attainment_target: float) -> OperatingPoint | None:
-    """The capacity a search found, when it meets the SLO; else the highest measured level that does."""
-    found = engine.capacity
-    if found is not None and not slo_problems(found, slo, attainment_target):
-        return at_level(found, None, "the capacity search: the next load it tried did not meet the SLO")
-    return operating_point(engine.levels, slo, attainment_target)
-
-
-def _provider_cost(row: ProviderPrice, is_secondary: bool, isl: float, osl: float, point: OperatingPoint | None,
-                   c_req: float | None, fleet: FleetPlan | None, a: Assumptions) -> ProviderCost:
-    price = request_price(row, isl, osl, a.cache_hit_rate, a.uses_batch_api)
-    cross = crossover(point.request_per_s, isl, osl, a, price) if point and isl + osl > 0 else None
-    cross_range = None
-    if cross is not None and point is not None and point.request_per_s_range is not None:
-        low, high = point.request_per_s_range
-        cross_range = (crossover(high, isl, osl, a, price).monthly_tokens,
-                       crossover(low, isl, osl, a, price).monthly_tokens if low > 0 else None)
-    return ProviderCost(
-        id=row.id, model=row.model, model_name=row.model_name or row.model, open_weights=row.open_weights,
-        is_secondary=is_secondary, quantization=row.quantization, usd_per_request=price,
-        usd_per_m_tokens=blended_usd_per_m_tokens(price, isl, osl),
-        monthly_usd=fleet.requests_per_month * price if fleet else None,
-        break_even_utilization=break_even_utilization(c_req, price), crossover=cross, crossover_range=cross_range)
-
-
-def _no_point_reason(costs: tuple[LevelCost, ...]) -> str:
-    if not costs:
-        return "no level was measured"
-    return "no measured level meets the SLO: " + "; ".join(f"{c.label}: {', '.join(c.slo_problems)}" for c in costs)
-
-
-def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing, isl: float,
-              osl: float) -> list[str]:
-    warnings = [f"{engine.engine} {lv.label}: the client fell behind; the level is not used for the operating point"
-                for lv in engine.levels if not lv.is_valid]
-    if point is not None and point.next_failing is None and point.level != GIVEN and engine.capacity is None:
-        warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.level}); its "
-                        "capacity may be higher, so the self-hosted cost may be lower: measure more load "
-                        "(`bench capacity` finds it)")
-    share = pricing.input_share
-    if share is not None and isl + osl > 0 and abs(share - isl / (isl + osl)) > MIX_MISMATCH:
-        warnings.append(f"the traffic is {share:.0%} input tokens but the measured workload was "
-                        f"{isl / (isl + osl):.0%}: measure with the traffic's prompt and answer lengths")
-    level = next((lv for lv in (*engine.levels, engine.capacity) if lv and point and lv.label == point.level),
-                 None)
-    if level and level.summary_request_per_s and level.request_per_s > 0:
-        gap = abs(level.summary_request_per_s / level.request_per_s - 1)
-        if gap > RATE_MISMATCH:
-            warnings.append(f"{engine.engine} {level.label}: requests ending in the steady window give "
-                            f"{level.summary_request_per_s:.2f} req/s, tokens give {level.request_per_s:.2f}: "
-                            "the level is too short to count requests; run longer levels")
-    return warnings
-
-
 def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic | None, pricing: Pricing,
            requirements: Requirements, catalog: PriceCatalog, today: date) -> Decision:
+    """Self-host or pay per token: the whole decision from what was measured and what things cost.
+
+    From each engine's measured levels (`engines`, with a capacity search's answer where one ran), the latency
+    limits a level must meet (`slo`, by at least `pricing.slo_attainment_target` of its requests), the traffic
+    (monthly volume and its shape; None: the defaults), the pricing (the GPU and replica, the providers to
+    compare with, operations, owned hardware), the requirements that can make self-hosting necessary, the
+    catalog the names are priced from, and `today` (to call a price stale).
+
+    Gives the Decision: each engine's costs (per level, at its operating point, the fleet for the traffic,
+    each provider's price and crossover), the cheapest engine and the provider it is held against, how the
+    answer moves with each assumption, the verdict (owning beside renting with pricing.owned), and what the
+    inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
+    """
     resolved = resolve(traffic, pricing, catalog)
-    results = tuple(evaluate(e, slo, pricing.slo_attainment_target, resolved) for e in engines)
+    results = tuple(evaluate(engine, slo, pricing.slo_attainment_target, resolved) for engine in engines)
     best = _best(results)
     compared = _compared_to(best) if best else None
     rows = sensitivity(best, compared, resolved, catalog) if best and compared else None
     rows_used: list[GpuPrice | ProviderPrice] = [*resolved.providers, *resolved.references]
     if resolved.gpu:
         rows_used.append(resolved.gpu)
-    warnings = []
-    if resolved.assumptions.ops_usd_per_month == 0:
-        warnings.append("operations cost is $0/month: people's time to run the fleet is not counted "
-                        "(set pricing.ops_usd_per_month)")
-    if not resolved.providers and not resolved.references:
-        warnings.append("no provider to compare with: set pricing.model or pass --provider")
-    warnings += _price_warnings(resolved, pricing, traffic, rows_used)
-    warnings += _sanity(results, pricing, resolved)
+    warnings = _price_warnings(resolved, pricing, traffic, rows_used) + _sanity(results, pricing, resolved)
     said = verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target)
     owned = None
     if best is not None and pricing.owned is not None:
@@ -192,8 +111,10 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
         else:
             owned = compare_owned(best, compared, resolved.assumptions, resolved.monthly_tokens, pricing.owned, power)
             said = with_owned(said, owned)
-    return Decision(results, best, compared, said, rows, resolved, requirements, slo, pricing.slo_attainment_target,
-                    tuple(stale_prices(rows_used, today)), today, tuple(warnings), owned)
+    return Decision(
+        results=results, best=best, compared_to=compared, verdict=said, sensitivity=rows, pricing=resolved,
+        requirements=requirements, slo=slo, attainment_target=pricing.slo_attainment_target,
+        stale_prices=tuple(stale_prices(rows_used, today)), today=today, warnings=tuple(warnings), owned=owned)
 
 
 def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None:
@@ -214,8 +135,14 @@ def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None
 
 def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffic | None,
                     rows_used: Sequence[GpuPrice | ProviderPrice]) -> list[str]:
-    """What the prices themselves leave out: undated rows, serverless cold starts, a batch API without a discount."""
+    """What the prices leave out: operations at $0, a provider to compare with, a date on each row, serverless
+    cold starts, a batch discount for traffic that can use the batch API."""
     warnings = []
+    if resolved.assumptions.ops_usd_per_month == 0:
+        warnings.append("operations cost is $0/month: people's time to run the fleet is not counted "
+                        "(set pricing.ops_usd_per_month)")
+    if not resolved.providers and not resolved.references:
+        warnings.append("no provider to compare with: set pricing.model or pass --provider")
     undated = undated_prices(rows_used)
     if undated:
         warnings.append(f"undated price(s), their source gives no date: {', '.join(undated)}")
@@ -227,7 +154,7 @@ def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffi
                         f"({resolved.assumptions.billed_hours_per_month:g} h/month here), and a request after an "
                         f"idle spell waits a cold start ({wait}) that the measured TTFT does not include")
     if traffic is not None and traffic.uses_batch_api and not any(
-            r.batch_discount for r in (*resolved.providers, *resolved.references)):
+            row.batch_discount for row in (*resolved.providers, *resolved.references)):
         warnings.append("uses_batch_api: no compared price row has a batch discount, so none is applied "
                         "(give one in a --prices file)")
     return warnings
@@ -235,46 +162,53 @@ def _price_warnings(resolved: ResolvedPricing, pricing: Pricing, traffic: Traffi
 
 def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedPricing) -> list[str]:
     """Each engine's cost per 1M output tokens at its operating point against the published bands."""
-    a = resolved.assumptions
-    models = {r.model for r in resolved.providers}
+    assumptions = resolved.assumptions
+    models = {row.model for row in resolved.providers}
     model = pricing.model or (models.pop() if len(models) == 1 else None)
     gpu = resolved.gpu.gpu if resolved.gpu else pricing.gpu
     warnings = []
     for result in results:
         point = result.operating_point
-        cost = cost_per(a.replica_usd_per_hour, point.output_tokens_per_s, PER_MILLION) if point else None
-        if point is None or cost is None:
+        usd_per_m_output_tokens = (cost_per(assumptions.replica_usd_per_hour, point.output_tokens_per_s, PER_MILLION)
+                                   if point else None)
+        if point is None or usd_per_m_output_tokens is None:
             continue
-        concurrency = point.load if point.level.startswith("c") else None
+        concurrency = point.load if point.kind == "concurrency" else None
         warnings += [f"{result.engine} {point.level}: {text}" for text in sanity_warnings(
-            cost, model, gpu, a.gpus_per_replica, a.gpu_usd_per_hour, concurrency)]
+            usd_per_m_output_tokens, model, gpu, assumptions.gpus_per_replica, assumptions.gpu_usd_per_hour,
+            concurrency)]
     return warnings
 
 
 def _best(results: tuple[CostResult, ...]) -> CostResult | None:
-    sized = [r for r in results if r.operating_point is not None]
+    """The engine with an operating point whose fleet costs least a month; without a volume, the cheapest per
+    request."""
+    sized = [result for result in results if result.operating_point is not None]
     if not sized:
         return None
-    if all(r.fleet is not None for r in sized):
-        return min(sized, key=lambda r: r.fleet.monthly_usd if r.fleet else 0.0)
-    return min(sized, key=lambda r: r.usd_per_request if r.usd_per_request is not None else float("inf"))
+    if all(result.fleet is not None for result in sized):
+        return min(sized, key=lambda result: result.fleet.monthly_usd if result.fleet else 0.0)
+    return min(sized, key=lambda result: result.usd_per_request if result.usd_per_request is not None
+               else float("inf"))
 
 
 def _compared_to(result: CostResult) -> ProviderCost | None:
     """The cheapest host of the same open model; failing that the cheapest named provider or reference."""
-    for pool in ([p for p in result.providers if not p.is_secondary and p.open_weights],
-                 [p for p in result.providers if not p.is_secondary], list(result.providers)):
+    for pool in ([provider for provider in result.providers if not provider.is_secondary and provider.open_weights],
+                 [provider for provider in result.providers if not provider.is_secondary], list(result.providers)):
         if pool:
-            return min(pool, key=lambda p: (p.usd_per_request, p.id))
+            return min(pool, key=lambda provider: (provider.usd_per_request, provider.id))
     return None
 
 
-def decide_given(output_tokens_per_s: float, isl: float, osl: float, traffic: Traffic | None, pricing: Pricing,
-                 requirements: Requirements, catalog: PriceCatalog, today: date,
-                 engine: str = "self-hosted") -> Decision:
+def decide_given(output_tokens_per_s: float, mean_input_tokens: float, mean_output_tokens: float,
+                 traffic: Traffic | None, pricing: Pricing, requirements: Requirements, catalog: PriceCatalog,
+                 today: date, engine: str = "self-hosted") -> Decision:
     """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO."""
-    if output_tokens_per_s <= 0 or osl <= 0 or isl < 0:
+    if output_tokens_per_s <= 0 or mean_output_tokens <= 0 or mean_input_tokens < 0:
         raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
-    r = output_tokens_per_s / osl
-    level = MeasuredLevel(GIVEN, 0.0, r, output_tokens_per_s, r * isl, mean_input_tokens=isl, mean_output_tokens=osl)
+    request_per_s = output_tokens_per_s / mean_output_tokens
+    level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=request_per_s, output_tokens_per_s=output_tokens_per_s,
+                          input_tokens_per_s=request_per_s * mean_input_tokens, mean_input_tokens=mean_input_tokens,
+                          mean_output_tokens=mean_output_tokens, kind="given")
     return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)

@@ -21,12 +21,12 @@ PER_MILLION = 1e6
 
 def mean_lengths(levels: Sequence[MeasuredLevel]) -> tuple[float, float]:
     """ISL and OSL: the mean input and output tokens per request over every level, weighted by requests."""
-    weight = sum(lv.num_ok for lv in levels)
-    if weight == 0:
+    num_ok = sum(level.num_ok for level in levels)
+    if num_ok == 0:
         return 0.0, 0.0
-    isl = sum(lv.mean_input_tokens * lv.num_ok for lv in levels) / weight
-    osl = sum(lv.mean_output_tokens * lv.num_ok for lv in levels) / weight
-    return isl, osl
+    mean_input_tokens = sum(level.mean_input_tokens * level.num_ok for level in levels) / num_ok
+    mean_output_tokens = sum(level.mean_output_tokens * level.num_ok for level in levels) / num_ok
+    return mean_input_tokens, mean_output_tokens
 
 
 # --- per level ----------------------------------------------------------------------------------------
@@ -41,14 +41,15 @@ def cost_per(replica_usd_per_hour: float, units_per_s: float, scale: float = 1.0
 
 def level_cost(level: MeasuredLevel, replica_usd_per_hour: float, slo: LatencyLimits,
                attainment_target: float) -> LevelCost:
-    p, a = replica_usd_per_hour, level.slo_attainment
+    usd_per_hour, attainment = replica_usd_per_hour, level.slo_attainment
     return LevelCost(
         label=level.label, load=level.load,
-        usd_per_request=cost_per(p, level.request_per_s),
-        usd_per_m_output_tokens=cost_per(p, level.output_tokens_per_s, PER_MILLION),
-        usd_per_m_total_tokens=cost_per(p, level.input_tokens_per_s + level.output_tokens_per_s, PER_MILLION),
-        goodput_usd_per_request=cost_per(p, level.request_per_s * a),
-        goodput_usd_per_m_output_tokens=cost_per(p, level.output_tokens_per_s * a, PER_MILLION),
+        usd_per_request=cost_per(usd_per_hour, level.request_per_s),
+        usd_per_m_output_tokens=cost_per(usd_per_hour, level.output_tokens_per_s, PER_MILLION),
+        usd_per_m_total_tokens=cost_per(usd_per_hour, level.input_tokens_per_s + level.output_tokens_per_s,
+                                        PER_MILLION),
+        goodput_usd_per_request=cost_per(usd_per_hour, level.request_per_s * attainment),
+        goodput_usd_per_m_output_tokens=cost_per(usd_per_hour, level.output_tokens_per_s * attainment, PER_MILLION),
         slo_problems=slo_problems(level, slo, attainment_target),
     )
 
@@ -89,9 +90,8 @@ def provider_usd_per_request(usd_per_m_input: float, usd_per_m_cached_input: flo
                              isl: float, osl: float, cache_hit_rate: float = 0.0,
                              batch_discount: float = 0.0) -> float:
     """a = (ISL * ((1-h) p_in + h p_cached) + OSL * p_out) * (1 - beta) / 1e6."""
-    h = cache_hit_rate
-    per_input = (1 - h) * usd_per_m_input + h * usd_per_m_cached_input
-    return (isl * per_input + osl * usd_per_m_output) * (1 - batch_discount) / PER_MILLION
+    usd_per_m_blended_input = (1 - cache_hit_rate) * usd_per_m_input + cache_hit_rate * usd_per_m_cached_input
+    return (isl * usd_per_m_blended_input + osl * usd_per_m_output) * (1 - batch_discount) / PER_MILLION
 
 
 def blended_usd_per_m_tokens(usd_per_request: float, isl: float, osl: float) -> float:
@@ -115,8 +115,8 @@ def operating_point(levels: Sequence[MeasuredLevel], slo: LatencyLimits,
     """c*: the highest *measured* load that meets the SLO (COSTMODEL.md: interpolating toward a failing
     level overstates capacity, since latency rises faster than linearly near saturation). None when no
     level meets it; never beyond the highest measured level."""
-    ordered = sorted(levels, key=lambda lv: lv.load)
-    passing = [i for i, lv in enumerate(ordered) if not slo_problems(lv, slo, attainment_target)]
+    ordered = sorted(levels, key=lambda level: level.load)
+    passing = [i for i, level in enumerate(ordered) if not slo_problems(level, slo, attainment_target)]
     if not passing:
         return None
     level = ordered[passing[-1]]
@@ -137,8 +137,11 @@ def at_level(level: MeasuredLevel, next_failing: str | None, limited_by: str) ->
     if rate_range is not None and level.request_per_s > 0:
         per_request = level.output_tokens_per_s / level.request_per_s
         tokens_range = (rate_range[0] * per_request, rate_range[1] * per_request)
-    return OperatingPoint(level.load, level.request_per_s, level.output_tokens_per_s, level.label, next_failing,
-                          limited_by, rate_range, tokens_range, level.num_repeats, level.power_w_per_gpu)
+    return OperatingPoint(
+        load=level.load, request_per_s=level.request_per_s, output_tokens_per_s=level.output_tokens_per_s,
+        level=level.label, kind=level.kind, next_failing=next_failing, limited_by=limited_by,
+        request_per_s_range=rate_range, output_tokens_per_s_range=tokens_range, num_repeats=level.num_repeats,
+        power_w_per_gpu=level.power_w_per_gpu)
 
 
 def request_price(price: ProviderPrice, isl: float, osl: float, cache_hit_rate: float = 0.0,

@@ -49,15 +49,15 @@ def usd_per_gpu_hour(owned: Owned, server: OwnedServerCost) -> float:
     return server.total_usd / (owned.gpus_per_server * HOURS_PER_MONTH)
 
 
-def owned_fleet(monthly_tokens: float, request_per_s: float, isl: float, osl: float, a: Assumptions,
-                owned: Owned, server: OwnedServerCost) -> OwnedFleet:
-    always_on = replace(a, autoscale=False, billed_hours_per_month=HOURS_PER_MONTH)
+def owned_fleet(monthly_tokens: float, request_per_s: float, isl: float, osl: float,
+                assumptions: Assumptions, owned: Owned, server: OwnedServerCost) -> OwnedFleet:
+    always_on = replace(assumptions, autoscale=False, billed_hours_per_month=HOURS_PER_MONTH)
     plan = fleet_for(monthly_tokens, request_per_s, isl, osl, always_on)
-    gpus = plan.total_replicas * a.gpus_per_replica
+    gpus = plan.total_replicas * assumptions.gpus_per_replica
     servers = math.ceil(gpus / owned.gpus_per_server)
     return OwnedFleet(monthly_tokens=monthly_tokens, replicas=plan.total_replicas, gpus_used=gpus, servers=servers,
-                      server=server, ops_usd_per_month=a.ops_usd_per_month,
-                      monthly_usd=servers * server.total_usd + a.ops_usd_per_month,
+                      server=server, ops_usd_per_month=assumptions.ops_usd_per_month,
+                      monthly_usd=servers * server.total_usd + assumptions.ops_usd_per_month,
                       purchase_usd=servers * owned.server_usd)
 
 
@@ -98,27 +98,27 @@ def payback_months(fleet: OwnedFleet, alternative_usd_per_month: float | None) -
     return fleet.purchase_usd / saving if saving > 0 else None
 
 
-def compare_owned(best: CostResult, compared: ProviderCost | None, a: Assumptions, monthly_tokens: float | None,
-                  owned: Owned, power: tuple[float, str]) -> OwnedComparison | None:
+def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: Assumptions,
+                  monthly_tokens: float | None, owned: Owned, power: tuple[float, str]) -> OwnedComparison | None:
     """Own vs rent vs the compared provider for the engine that sets the self-hosted cost; None without an
     operating point to size a fleet from."""
     point = best.operating_point
     if point is None or best.isl + best.osl <= 0:
         return None
-    r, isl, osl = point.request_per_s, best.isl, best.osl
+    request_per_s, isl, osl = point.request_per_s, best.isl, best.osl
     server = server_month(owned, *power)
 
     def own(volume: float, o: Owned = owned, s: OwnedServerCost = server) -> float:
-        return owned_fleet(volume, r, isl, osl, a, o, s).monthly_usd
+        return owned_fleet(volume, request_per_s, isl, osl, assumptions, o, s).monthly_usd
 
     def rent(volume: float) -> float:
-        return fleet_for(volume, r, isl, osl, a).monthly_usd
+        return fleet_for(volume, request_per_s, isl, osl, assumptions).monthly_usd
 
     def api(volume: float) -> float:
         return volume / (isl + osl) * compared.usd_per_request if compared else math.inf
 
-    fleet = owned_fleet(monthly_tokens, r, isl, osl, a, owned, server) if monthly_tokens else None
-    per_request = cost_per(usd_per_gpu_hour(owned, server) * a.gpus_per_replica, r)
+    fleet = owned_fleet(monthly_tokens, request_per_s, isl, osl, assumptions, owned, server) if monthly_tokens else None
+    per_request = cost_per(usd_per_gpu_hour(owned, server) * assumptions.gpus_per_replica, request_per_s)
     rent_usd = rent(monthly_tokens) if monthly_tokens else None
     api_usd = api(monthly_tokens) if monthly_tokens and compared else None
     rows = _sensitivity(owned, power, monthly_tokens, own, rent, api, server) if monthly_tokens else ()
@@ -129,8 +129,8 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, a: Assumption
         own_beats_provider_above=first_cheaper(own, api) if compared else None,
         payback_months_vs_rent=payback_months(fleet, rent_usd) if fleet else None,
         payback_months_vs_provider=payback_months(fleet, api_usd) if fleet else None,
-        sensitivity=rows, notes=_notes(owned, server, a),
-        joules_per_output_token=server.power_w_per_gpu * a.gpus_per_replica / point.output_tokens_per_s
+        sensitivity=rows, notes=_notes(owned, server, assumptions),
+        joules_per_output_token=server.power_w_per_gpu * assumptions.gpus_per_replica / point.output_tokens_per_s
         if point.output_tokens_per_s > 0 else None,
         usd_per_request=per_request, usd_per_m_tokens=per_request * PER_MILLION / (isl + osl) if per_request else None)
 
@@ -143,7 +143,8 @@ def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Cal
 
     def variation(label: str, o: Owned, v: float = volume) -> Variation:
         s = server_month(o, *power)
-        return Variation(label, own(v, o, s), min(rent(v), api(v)), first_cheaper(lambda x: own(x, o, s), api))
+        return Variation(label=label, self_host_usd_per_month=own(v, o, s), provider_usd_per_month=min(rent(v), api(v)),
+                         crossover_tokens=first_cheaper(lambda x: own(x, o, s), api))
 
     price = owned.usd_per_kwh
     years = owned.amortization_years
@@ -159,12 +160,13 @@ def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Cal
     )
 
 
-def _notes(owned: Owned, server: OwnedServerCost, a: Assumptions) -> tuple[str, ...]:
+def _notes(owned: Owned, server: OwnedServerCost, assumptions: Assumptions) -> tuple[str, ...]:
     notes = [f"power: {server.power_w_per_gpu:,.0f} W per GPU, {server.power_source}",
              f"a server: {owned.gpus_per_server} GPUs, bought for ${owned.server_usd:,.0f}, amortized over "
              f"{owned.amortization_years:g} years to {owned.residual_share:.0%} residual value; PUE {owned.pue:g} "
              f"at ${owned.usd_per_kwh:g}/kWh; hosting ${owned.hosting_usd_per_server_month:,.0f}/month",
              "owned hardware runs all month: sized for the peak, whole servers, no scaling to zero"]
-    if a.gpus_per_replica > owned.gpus_per_server:
-        notes.append(f"a replica needs {a.gpus_per_replica} GPUs, more than one server holds: it spans servers")
+    if assumptions.gpus_per_replica > owned.gpus_per_server:
+        notes.append(f"a replica needs {assumptions.gpus_per_replica} GPUs, more than one server holds: it spans "
+                     "servers")
     return tuple(notes)

@@ -40,8 +40,10 @@ class Band:
 
 
 BANDS = (
-    Band("an 8B model on 1 x H100", 7, 9, "h100", 1, 0.15, 0.60),
-    Band("a 70B FP8 model on 2 x H100", 65, 75, "h100", 2, 0.40, 1.20),
+    Band(name="an 8B model on 1 x H100", min_params_b=7, max_params_b=9, gpu_prefix="h100", gpus=1,
+         low_usd=0.15, high_usd=0.60),
+    Band(name="a 70B FP8 model on 2 x H100", min_params_b=65, max_params_b=75, gpu_prefix="h100", gpus=2,
+         low_usd=0.40, high_usd=1.20),
 )
 SMALL_MODEL = (7, 9)  # billions of parameters: the "8B" of the floor (the ceiling holds for smaller ones too)
 

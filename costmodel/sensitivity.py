@@ -37,47 +37,55 @@ def sensitivity(best: CostResult, compared: ProviderCost, resolved: ResolvedPric
     rows = {r.id: r for r in (*resolved.providers, *resolved.references)}
     if point is None or compared.id not in rows or best.isl + best.osl <= 0:
         return None
-    a, r0, price0 = resolved.assumptions, point.request_per_s, rows[compared.id]
+    base, base_request_per_s, base_price = resolved.assumptions, point.request_per_s, rows[compared.id]
 
-    def run(label: str, a: Assumptions = a, r: float = r0, price: ProviderPrice = price0) -> Variation:
-        return outcome(label, r, best.isl, best.osl, a, price, resolved.monthly_tokens)
+    def run(label: str, assumptions: Assumptions = base, request_per_s: float = base_request_per_s,
+            price: ProviderPrice = base_price) -> Variation:
+        return outcome(label, request_per_s, best.isl, best.osl, assumptions, price, resolved.monthly_tokens)
 
     table = [
-        SensitivityRow("GPU price", usd(a.gpu_usd_per_hour) + "/GPU-h", _gpu_prices(resolved, catalog, run)),
-        SensitivityRow("Throughput at the SLO", f"{r0:.2f} req/s per replica",
-                       tuple(run(f"{f - 1:+.0%}", r=r0 * f) for f in THROUGHPUT_RANGE)),
-        SensitivityRow("Peak-to-average", f"{a.peak_ratio:.2g}",
-                       tuple(run(f"{par:g}", a=replace(a, hourly_profile=(), peak_to_average=par))
+        SensitivityRow("GPU price", usd(base.gpu_usd_per_hour) + "/GPU-h", _gpu_prices(resolved, catalog, run)),
+        SensitivityRow("Throughput at the SLO", f"{base_request_per_s:.2f} req/s per replica",
+                       tuple(run(f"{f - 1:+.0%}", request_per_s=base_request_per_s * f) for f in THROUGHPUT_RANGE)),
+        SensitivityRow("Peak-to-average", f"{base.peak_ratio:.2g}",
+                       tuple(run(f"{par:g}", assumptions=replace(base, hourly_profile=(), peak_to_average=par))
                              for par in (1.0, 3.0))),
-        SensitivityRow("Operations cost", usd(a.ops_usd_per_month) + "/month", _ops(a, run)),
+        SensitivityRow("Operations cost", usd(base.ops_usd_per_month) + "/month", _ops(base, run)),
         SensitivityRow("Provider price", f"{compared.id}",
-                       _provider_prices(price0, resolved, run, best.isl, best.osl)),
-        SensitivityRow("Prompt-cache hit rate", f"{a.cache_hit_rate:.0%}",
-                       tuple(run(f"{h:.0%}", a=replace(a, cache_hit_rate=h)) for h in (0.0, 0.5)
-                             if h != a.cache_hit_rate)),
+                       _provider_prices(base_price, resolved, run, best.isl, best.osl)),
+        SensitivityRow("Prompt-cache hit rate", f"{base.cache_hit_rate:.0%}",
+                       tuple(run(f"{h:.0%}", assumptions=replace(base, cache_hit_rate=h)) for h in (0.0, 0.5)
+                             if h != base.cache_hit_rate)),
     ]
-    if not a.hourly_profile:
-        table.insert(3, SensitivityRow("Hours of operation", f"{a.hours_of_operation:g} h/month", _hours(a, run)))
+    if not base.hourly_profile:
+        table.insert(3, SensitivityRow("Hours of operation", f"{base.hours_of_operation:g} h/month", _hours(base, run)))
     return Sensitivity(run("baseline"), tuple(row for row in table if row.variations))
 
 
-def outcome(label: str, request_per_s: float, isl: float, osl: float, a: Assumptions, price: ProviderPrice,
-            monthly_tokens: float | None) -> Variation:
-    a_req = request_price(price, isl, osl, a.cache_hit_rate, a.uses_batch_api)
-    cross = crossover(request_per_s, isl, osl, a, a_req)
+def outcome(label: str, request_per_s: float, isl: float, osl: float, assumptions: Assumptions,
+            price: ProviderPrice, monthly_tokens: float | None) -> Variation:
+    """Both monthly costs at the traffic's volume (None without one) and the crossover, under one variation."""
+    provider_usd_per_request = request_price(price, isl, osl, assumptions.cache_hit_rate,
+                                             assumptions.uses_batch_api)
+    cross = crossover(request_per_s, isl, osl, assumptions, provider_usd_per_request)
     if monthly_tokens is None:
-        return Variation(label, None, None, cross.monthly_tokens)
-    fleet = fleet_for(monthly_tokens, request_per_s, isl, osl, a)
-    return Variation(label, fleet.monthly_usd, fleet.requests_per_month * a_req, cross.monthly_tokens)
+        return Variation(label=label, self_host_usd_per_month=None, provider_usd_per_month=None,
+                         crossover_tokens=cross.monthly_tokens)
+    fleet = fleet_for(monthly_tokens, request_per_s, isl, osl, assumptions)
+    return Variation(label=label, self_host_usd_per_month=fleet.monthly_usd,
+                     provider_usd_per_month=fleet.requests_per_month * provider_usd_per_request,
+                     crossover_tokens=cross.monthly_tokens)
 
 
 Run = Callable[..., Variation]
 
 
 def _gpu_prices(resolved: ResolvedPricing, catalog: PriceCatalog, run: Run) -> tuple[Variation, ...]:
-    a = resolved.assumptions
+    assumptions = resolved.assumptions
     if resolved.gpu is None:
-        return tuple(run(f"{f - 1:+.0%}", a=replace(a, gpu_usd_per_hour=a.gpu_usd_per_hour * f)) for f in PRICE_RANGE)
+        return tuple(run(f"{f - 1:+.0%}", assumptions=replace(assumptions,
+                                                               gpu_usd_per_hour=assumptions.gpu_usd_per_hour * f))
+                     for f in PRICE_RANGE)
     gpu = resolved.gpu.gpu
     picks = []
     for kind in ("spot", "reserved-1y", "reserved-3y", "reserved", "serverless"):
@@ -90,23 +98,24 @@ def _gpu_prices(resolved: ResolvedPricing, catalog: PriceCatalog, run: Run) -> t
             continue
         seen.add(row.id)
         reserved = bills_every_hour(row.pricing)
-        billed = HOURS_PER_MONTH if reserved else a.hours_of_operation
-        changed = replace(a, gpu_usd_per_hour=row.usd_per_gpu_hour, billed_hours_per_month=billed,
+        billed = HOURS_PER_MONTH if reserved else assumptions.hours_of_operation
+        changed = replace(assumptions, gpu_usd_per_hour=row.usd_per_gpu_hour, billed_hours_per_month=billed,
                           autoscale=not reserved)
-        variations.append(run(f"{row.cloud} {row.pricing} {usd(row.usd_per_gpu_hour)}", a=changed))
+        variations.append(run(f"{row.cloud} {row.pricing} {usd(row.usd_per_gpu_hour)}", assumptions=changed))
     return tuple(variations)
 
 
-def _hours(a: Assumptions, run: Run) -> tuple[Variation, ...]:
-    hours = BUSINESS_HOURS_PER_MONTH if a.hours_of_operation >= HOURS_PER_MONTH else HOURS_PER_MONTH
+def _hours(assumptions: Assumptions, run: Run) -> tuple[Variation, ...]:
+    hours = BUSINESS_HOURS_PER_MONTH if assumptions.hours_of_operation >= HOURS_PER_MONTH else HOURS_PER_MONTH
     label = "business hours (12 h x 5 days)" if hours < HOURS_PER_MONTH else "always on (730 h)"
-    billed = a.billed_hours_per_month if not a.autoscale else hours  # reserved GPUs bill every hour
-    return (run(label, a=replace(a, operating_hours_per_month=hours, billed_hours_per_month=billed)),)
+    billed = assumptions.billed_hours_per_month if not assumptions.autoscale else hours  # reserved: every hour
+    return (run(label, assumptions=replace(assumptions, operating_hours_per_month=hours,
+                                           billed_hours_per_month=billed)),)
 
 
-def _ops(a: Assumptions, run: Run) -> tuple[Variation, ...]:
-    values = (0.0, 2 * a.ops_usd_per_month) if a.ops_usd_per_month > 0 else (2000.0, 10000.0)
-    return tuple(run(usd(v) + "/month", a=replace(a, ops_usd_per_month=v)) for v in values)
+def _ops(assumptions: Assumptions, run: Run) -> tuple[Variation, ...]:
+    values = (0.0, 2 * assumptions.ops_usd_per_month) if assumptions.ops_usd_per_month > 0 else (2000.0, 10000.0)
+    return tuple(run(usd(v) + "/month", assumptions=replace(assumptions, ops_usd_per_month=v)) for v in values)
 
 
 def _provider_prices(base: ProviderPrice, resolved: ResolvedPricing, run: Run, isl: float,
@@ -114,10 +123,10 @@ def _provider_prices(base: ProviderPrice, resolved: ResolvedPricing, run: Run, i
     same = [r for r in resolved.providers if r.model == base.model and r.id != base.id]
     if not same:
         return tuple(run(f"{f - 1:+.0%}", price=_scaled(base, f)) for f in PRICE_RANGE)
-    a = resolved.assumptions
+    assumptions = resolved.assumptions
 
-    def cost(r: ProviderPrice) -> float:
-        return request_price(r, isl, osl, a.cache_hit_rate, a.uses_batch_api)
+    def cost(row: ProviderPrice) -> float:
+        return request_price(row, isl, osl, assumptions.cache_hit_rate, assumptions.uses_batch_api)
 
     ordered = sorted(same, key=cost)
     picks = {ordered[0].id: ordered[0], ordered[-1].id: ordered[-1]}

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Literal, get_args
 
 from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH, Requirements
 from costmodel.prices import GpuPrice, ProviderPrice, StalePrice
+
+# What a level's `load` counts: users (concurrency), requests/s (rate), a trace's time scale (trace), or
+# nothing (given: a throughput typed in, not measured).
+LevelKind = Literal["concurrency", "rate", "trace", "given"]
+LEVEL_KINDS: tuple[LevelKind, ...] = get_args(LevelKind)
+# A field's metadata that keeps it out of report.json and `bench cost --json` (reports.data.jsonable).
+NOT_IN_FILES = {"in_files": False}
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,12 @@ class MeasuredLevel:
     num_repeats: int = 1
     ttfvt_p95_ms: float | None = None  # to the first visible token (a reasoning model's reasoning before it)
     power_w_per_gpu: float | None = None  # the GPUs' mean draw at this level, where they were read
+    # Filled where the level is built (a run's summary, a throughput typed in); its label is only its name.
+    kind: LevelKind = "concurrency"
+
+    def __post_init__(self) -> None:
+        if self.kind not in LEVEL_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(LEVEL_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,8 @@ class OperatingPoint:
     request_per_s: float
     output_tokens_per_s: float
     level: str  # the measured level it is
+    # Its level's kind; the files name the level by its label only, so they keep the fields they had.
+    kind: LevelKind = field(metadata=NOT_IN_FILES)
     next_failing: str | None  # the level above it that does not meet the SLO, if one was measured
     limited_by: str
     request_per_s_range: tuple[float, float] | None = None

@@ -47,28 +47,41 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
         head = f"Self-hosting costs {usd(self_usd)}/month" if self_usd is not None else "Self-hosting is sized below"
         return Verdict("undecided", f"{head}; there is no provider price to compare it with.", tuple(lines), self_usd)
     if fleet is None or api_usd is None or self_usd is None:
-        lines.insert(0, "No traffic volume given: set traffic.monthly_tokens in the scenario or pass --monthly-tokens "
-                        "to get monthly costs and a fleet size.")
-        if cross_tokens is None:
-            return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
-                           "that meets the SLO.", tuple(lines), crossover_tokens=None)
-        return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
-                       f"{_volume_span(cross_tokens, compared.crossover_range)} tokens/month.", tuple(lines),
-                       crossover_tokens=cross_tokens)
+        return _without_volume(compared, cross_tokens, lines)
+    return _cheaper_side(self_usd, api_usd, cross_tokens, compared, volume, lines)
+
+
+def _without_volume(compared: ProviderCost, cross_tokens: float | None, lines: list[str]) -> Verdict:
+    """No traffic volume: the crossover alone says whether self-hosting can win, and above what volume."""
+    said = ("No traffic volume given: set traffic.monthly_tokens in the scenario or pass --monthly-tokens "
+            "to get monthly costs and a fleet size.", *lines)
+    if cross_tokens is None:
+        return Verdict("pay-per-token", f"Pay per token at any volume: {compared.id} is cheaper than any fleet "
+                       "that meets the SLO.", said, crossover_tokens=None)
+    return Verdict("depends-on-volume", f"Depends on volume: self-hosting is cheaper than {compared.id} above "
+                   f"{_volume_span(cross_tokens, compared.crossover_range)} tokens/month.", said,
+                   crossover_tokens=cross_tokens)
+
+
+def _cheaper_side(self_usd: float, api_usd: float, cross_tokens: float | None, compared: ProviderCost,
+                  volume: float | None, lines: list[str]) -> Verdict:
+    """Both monthly costs known: the cheaper side, by how much, at the traffic's volume."""
     where = f"{compared.id}, the cheapest of the compared hosts" if not compared.is_secondary else compared.id
     if self_usd < api_usd:
         head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
                 f"{usd(api_usd - self_usd)}/month less at {tokens(volume)} tokens/month.")
-        return Verdict("self-host", head, tuple(lines), self_usd, api_usd, cross_tokens)
+        return Verdict(answer="self-host", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                       provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
     head = (f"Pay per token: {usd(api_usd)}/month at {where}, against {usd(self_usd)}/month to self-host "
             f"{tokens(volume)} tokens/month.")
-    return Verdict("pay-per-token", head, tuple(lines), self_usd, api_usd, cross_tokens)
+    return Verdict(answer="pay-per-token", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                   provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
 
 
 def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLimits, target: float) -> str:
     point = best.operating_point
     assert point is not None
-    if point.level == "given":
+    if point.kind == "given":
         return (f"At {point.request_per_s:.2f} requests/s per replica ({point.output_tokens_per_s:,.0f} output "
                 f"tokens/s, as given) a request costs {usd(best.usd_per_request)} on "
                 f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
@@ -145,7 +158,8 @@ def _required(requirements: Requirements, lines: list[str], self_usd: float | No
     head = f"Self-host: required whatever the cost, because {reasons}{extra}."
     if self_usd is not None:
         head += f" It costs {usd(self_usd)}/month."
-    return Verdict("self-host-required", head, tuple(lines), self_usd, api_usd, cross_tokens)
+    return Verdict(answer="self-host-required", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
+                   provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
 
 
 def with_owned(said: Verdict, owned: OwnedComparison | None) -> Verdict:
@@ -161,7 +175,8 @@ def with_owned(said: Verdict, owned: OwnedComparison | None) -> Verdict:
     if api is not None and own < min(rent, api):
         head = (f"Own the hardware: {usd(own)}/month for {fleet.servers} server(s), against {usd(rent)}/month "
                 f"renting and {usd(api)}/month at {owned.provider_id}.")
-        return Verdict("self-host", head, tuple(lines), own, api, said.crossover_tokens)
+        return Verdict(answer="self-host", headline=head, lines=tuple(lines), self_host_usd_per_month=own,
+                       provider_usd_per_month=api, crossover_tokens=said.crossover_tokens)
     return replace(said, lines=tuple(lines))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,8 @@ CAVEATS = [
 def jsonable(value: Any) -> Any:
     """Dataclasses, pydantic models, dates, paths and non-finite floats -> JSON values."""
     if is_dataclass(value) and not isinstance(value, type):
-        return jsonable(asdict(value))
+        # A field marked NOT_IN_FILES (costmodel.types) stays out: the files keep the fields they had.
+        return {f.name: jsonable(getattr(value, f.name)) for f in fields(value) if f.metadata.get("in_files", True)}
     if hasattr(value, "model_dump"):
         return jsonable(value.model_dump(mode="json"))
     if isinstance(value, dict):

@@ -16,7 +16,7 @@ def view(level: str, watts: float | None, gpus: int = 2) -> GpuView:
 
 
 def level(label: str) -> MeasuredLevel:
-    return MeasuredLevel(label, 8, 1.0, 100.0, 400.0)
+    return MeasuredLevel(label=label, load=8, request_per_s=1.0, output_tokens_per_s=100.0, input_tokens_per_s=400.0)
 
 
 def test_each_level_gets_the_draw_per_gpu_and_a_repeated_one_the_mean_of_its_repeats() -> None:

@@ -11,6 +11,7 @@ is refreshed; the tests of names and defaults use the shipped catalog (CATALOG).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 
 import pytest
@@ -37,8 +38,10 @@ H100_AT_2_99 = {"gpu": "h100-sxm", "gpu_usd_per_hour": 2.99}
 
 def one_level(output_tokens_per_s: float, isl: float = 256, osl: float = 128) -> EngineLevels:
     r = output_tokens_per_s / osl
-    return EngineLevels("ref", (MeasuredLevel("c64", 64, r, output_tokens_per_s, r * isl, 1.0,
-                                              mean_input_tokens=isl, mean_output_tokens=osl, num_ok=100),))
+    return EngineLevels("ref", (MeasuredLevel(label="c64", load=64, request_per_s=r,
+                                              output_tokens_per_s=output_tokens_per_s, input_tokens_per_s=r * isl,
+                                              slo_attainment=1.0, mean_input_tokens=isl, mean_output_tokens=osl,
+                                              num_ok=100),))
 
 
 def example_1(catalog: object = EXAMPLES, **pricing: object) -> object:
@@ -129,8 +132,9 @@ def test_without_traffic_the_answer_is_the_crossover_volume() -> None:
 
 
 def test_no_level_meeting_the_slo_leaves_the_decision_open_and_says_why() -> None:
-    slow = EngineLevels("ref", (MeasuredLevel("c8", 8, 5.0, 640, 1280, 0.5, ttft_p95_ms=4000, num_ok=10,
-                                              mean_input_tokens=256, mean_output_tokens=128),))
+    slow = EngineLevels("ref", (MeasuredLevel(label="c8", load=8, request_per_s=5.0, output_tokens_per_s=640,
+                                              input_tokens_per_s=1280, slo_attainment=0.5, ttft_p95_ms=4000,
+                                              num_ok=10, mean_input_tokens=256, mean_output_tokens=128),))
     d = decide([slow], LatencyLimits(ttft_ms=2000), Traffic(monthly_tokens=3e9),
                Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
     assert d.best is None and d.verdict.answer == "undecided"
@@ -196,3 +200,25 @@ def test_stale_and_undated_prices_are_named() -> None:
     # on 2026-12-01, cerebras (2025-11-07) is 389 days old; the RunPod serverless row has no date at all
     assert [(s.id, s.age_days) for s in d.stale_prices] == [("cerebras/llama-3.1-8b", 389)]
     assert "undated price(s), their source gives no date: runpod/h100-sxm/serverless" in d.warnings
+
+
+def test_a_measured_level_labelled_given_is_still_a_measured_one() -> None:
+    """Only a throughput typed in (kind `given`) skips the "measure more load" warning and reads "as given"."""
+    measured = EngineLevels("ref", (MeasuredLevel(label="given", load=8, request_per_s=10.0, output_tokens_per_s=1280,
+                                                  input_tokens_per_s=2560, mean_input_tokens=256,
+                                                  mean_output_tokens=128, num_ok=100),))
+    d = decide([measured], LatencyLimits(), Traffic(monthly_tokens=3e9), Pricing(gpu="h100-sxm", model="llama-3.1-8b"),
+               Requirements(), CATALOG, TODAY)
+    assert any("the SLO held at the highest measured level (given)" in w for w in d.results[0].warnings)
+    assert "as given" not in d.verdict.lines[0] and "meets the SLO" in d.verdict.lines[0]
+    typed = replace(measured.levels[0], kind="given")
+    d = decide([EngineLevels("ref", (typed,))], LatencyLimits(), Traffic(monthly_tokens=3e9),
+               Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+    assert not any("highest measured level" in w for w in d.results[0].warnings)
+    assert "as given" in d.verdict.lines[0]
+
+
+def test_a_level_of_an_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="kind must be one of concurrency, rate, trace, given"):
+        MeasuredLevel(label="c1", load=1, request_per_s=1.0, output_tokens_per_s=1.0, input_tokens_per_s=1.0,
+                      kind="closed-loop")  # type: ignore[arg-type]

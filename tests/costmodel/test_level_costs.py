@@ -20,7 +20,7 @@ from costmodel.prices import ProviderPrice
 from costmodel.types import LatencyLimits, MeasuredLevel
 
 P = 3.60
-LEVEL = MeasuredLevel("c4", 4, request_per_s=1.0, output_tokens_per_s=100.0, input_tokens_per_s=400.0,
+LEVEL = MeasuredLevel(label="c4", load=4, request_per_s=1.0, output_tokens_per_s=100.0, input_tokens_per_s=400.0,
                       slo_attainment=0.8, mean_input_tokens=400, mean_output_tokens=100, num_ok=50)
 
 
@@ -39,13 +39,15 @@ def test_cost_per_request_and_per_million_tokens_by_hand() -> None:
 
 
 def test_a_level_with_zero_goodput_has_no_finite_cost_and_never_qualifies() -> None:
-    dead = MeasuredLevel("c64", 64, 0.0, 0.0, 0.0, slo_attainment=0.0, num_ok=0)
+    dead = MeasuredLevel(label="c64", load=64, request_per_s=0.0, output_tokens_per_s=0.0, input_tokens_per_s=0.0,
+                         slo_attainment=0.0, num_ok=0)
     cost = level_cost(dead, P, LatencyLimits(), 0.95)
     assert cost.usd_per_request is None and cost.usd_per_m_output_tokens is None
     assert cost.usd_per_m_total_tokens is None and cost.goodput_usd_per_request is None
     assert "no request completed" in cost.slo_problems
     # Requests complete but none meets the SLO: the plain cost is finite, the goodput cost is not.
-    slow = MeasuredLevel("c32", 32, 2.0, 200.0, 800.0, slo_attainment=0.0, num_ok=40)
+    slow = MeasuredLevel(label="c32", load=32, request_per_s=2.0, output_tokens_per_s=200.0,
+                         input_tokens_per_s=800.0, slo_attainment=0.0, num_ok=40)
     slow_cost = level_cost(slow, P, LatencyLimits(), 0.95)
     assert slow_cost.usd_per_request == pytest.approx(0.0005) and slow_cost.goodput_usd_per_request is None
 

@@ -13,7 +13,10 @@ SLO_1S = LatencyLimits(ttft_ms=1000, tpot_ms=100)
 
 def level(label: str, load: float, r: float, attainment: float, ttft: float | None, tpot: float | None,
           num_ok: int = 100, is_valid: bool = True) -> MeasuredLevel:
-    return MeasuredLevel(label, load, r, r * 100, r * 400, attainment, ttft, tpot, None, 400, 100, num_ok, is_valid)
+    return MeasuredLevel(label=label, load=load, request_per_s=r, output_tokens_per_s=r * 100,
+                         input_tokens_per_s=r * 400, slo_attainment=attainment, ttft_p95_ms=ttft, tpot_p95_ms=tpot,
+                         e2e_p95_ms=None, mean_input_tokens=400, mean_output_tokens=100, num_ok=num_ok,
+                         is_valid=is_valid)
 
 
 C1 = level("c1", 1, 1.0, 1.0, 200, 20)

@@ -103,8 +103,9 @@ def test_the_draw_measured_at_the_operating_point_powers_the_owned_servers() -> 
     from costmodel.prices import load_catalog
     from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
 
-    measured = MeasuredLevel("c16", 16, 10.0, 1280.0, 2560.0, 1.0, mean_input_tokens=256, mean_output_tokens=128,
-                             num_ok=100, power_w_per_gpu=550.0)
+    measured = MeasuredLevel(label="c16", load=16, request_per_s=10.0, output_tokens_per_s=1280.0,
+                             input_tokens_per_s=2560.0, slo_attainment=1.0, mean_input_tokens=256,
+                             mean_output_tokens=128, num_ok=100, power_w_per_gpu=550.0)
     d = decide([EngineLevels("ref", (measured,))], LatencyLimits(), Traffic(monthly_tokens=3e9),
                Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
                load_catalog(), date(2026, 12, 1))

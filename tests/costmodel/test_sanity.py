@@ -87,7 +87,8 @@ def test_the_warning_reaches_the_decision() -> None:
 
 def test_a_measured_level_at_high_concurrency_is_judged_with_its_concurrency() -> None:
     # 100 tok/s at c32 on one H100 at $3.99: 3.99e6 / 360,000 = $11.08 per 1M output tokens
-    level = MeasuredLevel("c32", 32, 100 / 128, 100, 200, 1.0, mean_input_tokens=256, mean_output_tokens=128)
+    level = MeasuredLevel(label="c32", load=32, request_per_s=100 / 128, output_tokens_per_s=100,
+                          input_tokens_per_s=200, slo_attainment=1.0, mean_input_tokens=256, mean_output_tokens=128)
     d = decide(
         [EngineLevels("slow", (level,))],
         LatencyLimits(),
@@ -101,3 +102,27 @@ def test_a_measured_level_at_high_concurrency_is_judged_with_its_concurrency() -
         w.startswith("slow c32: self-hosted $11.1 per 1M output tokens at 32 concurrent requests is above $5")
         for w in d.warnings
     ), d.warnings
+
+
+def _slow_decision(label: str, kind: str) -> object:
+    # The figures of the test above: $11.1 per 1M output tokens at a load of 32
+    level = MeasuredLevel(label=label, load=32, request_per_s=100 / 128, output_tokens_per_s=100,
+                          input_tokens_per_s=200, slo_attainment=1.0, mean_input_tokens=256, mean_output_tokens=128,
+                          kind=kind)  # type: ignore[arg-type]
+    return decide([EngineLevels("slow", (level,))], LatencyLimits(), Traffic(monthly_tokens=3e9),
+                  Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+
+
+@pytest.mark.parametrize(("label", "kind", "is_concurrency"), [
+    ("capacity", "rate", False),  # a rate search's repeated capacity: 32 requests/s, not 32 users
+    ("c32", "rate", False),  # a label is a name, not a kind
+    ("capacity", "concurrency", True),
+    ("x32", "concurrency", True),
+])
+def test_the_load_is_read_as_a_concurrency_by_the_level_s_kind_not_its_label(label: str, kind: str,
+                                                                             is_concurrency: bool) -> None:
+    d = _slow_decision(label, kind)
+    said = [w for w in d.warnings if "concurrent requests" in w]  # type: ignore[attr-defined]
+    assert bool(said) == is_concurrency, d.warnings  # type: ignore[attr-defined]
+    if is_concurrency:
+        assert said[0].startswith(f"slow {label}: self-hosted $11.1 per 1M output tokens at 32 concurrent requests")
