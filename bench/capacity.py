@@ -72,10 +72,10 @@ def judge(summary: LevelSummary | None, load: float, plan: CapacityPlan) -> Prob
     if summary is None:
         return Probe(load, "fail", ("no request completed",))
     if not summary.is_valid:
-        return Probe(load, "invalid", tuple(summary.invalid_reasons), summary.output_tokens_per_s)
+        return Probe(load, "invalid", tuple(summary.invalid_reasons), summary.throughput.output_tokens_per_s)
     problems = slo_problems_of(summary, plan.slo, plan.attainment_target)
-    return Probe(load, "fail" if problems else "pass", problems, summary.output_tokens_per_s,
-                 slo_margin(summary, plan.slo, plan.attainment_target), summary.e2e_ms.p50)
+    return Probe(load, "fail" if problems else "pass", problems, summary.throughput.output_tokens_per_s,
+                 slo_margin(summary, plan.slo, plan.attainment_target), summary.latency.e2e_ms.p50)
 
 
 @dataclass

@@ -152,9 +152,10 @@ def _describe_probe(job: Job) -> Describe:
             return None
         probe = judge(summary, summary.target, plan)
         why = f" ({'; '.join(probe.reasons)})" if probe.reasons else ""
-        return (f"  probe {summary.level}: {probe.verdict}{why}: {summary.output_tokens_per_s:,.0f} output tokens/s, "
-                f"p95 TTFT {_ms(summary.ttft_ms.p95)}, p95 TPOT {_ms(summary.tpot_ms.p95)}, "
-                f"SLO met by {summary.slo_attainment:.0%}")
+        carried, latency = summary.throughput, summary.latency
+        return (f"  probe {summary.level}: {probe.verdict}{why}: {carried.output_tokens_per_s:,.0f} output tokens/s, "
+                f"p95 TTFT {_ms(latency.ttft_ms.p95)}, p95 TPOT {_ms(latency.tpot_ms.p95)}, "
+                f"SLO met by {carried.slo_attainment:.0%}")
 
     return describe
 

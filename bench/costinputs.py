@@ -22,16 +22,17 @@ def latency_limits(slo: SLO) -> LatencyLimits:
 
 def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
     """What the cost model needs of one measured level (its request rate from tokens: see MeasuredLevel)."""
-    mean_input_tokens = _finite(summary.mean_input_tokens)
-    mean_output_tokens = _finite(summary.mean_output_tokens)
-    request_per_s = summary.output_tokens_per_s / mean_output_tokens if mean_output_tokens > 0 else 0.0
+    carried, latency = summary.throughput, summary.latency
+    mean_input_tokens = _finite(summary.tokens.mean_input_tokens)
+    mean_output_tokens = _finite(summary.tokens.mean_output_tokens)
+    request_per_s = carried.output_tokens_per_s / mean_output_tokens if mean_output_tokens > 0 else 0.0
     return MeasuredLevel(
         label=summary.level, load=summary.target, request_per_s=request_per_s,
-        output_tokens_per_s=summary.output_tokens_per_s, input_tokens_per_s=request_per_s * mean_input_tokens,
-        slo_attainment=summary.slo_attainment, ttft_p95_ms=summary.ttft_ms.p95, tpot_p95_ms=summary.tpot_ms.p95,
-        e2e_p95_ms=summary.e2e_ms.p95, ttfvt_p95_ms=summary.ttfvt_ms.p95, mean_input_tokens=mean_input_tokens,
-        mean_output_tokens=mean_output_tokens, num_ok=summary.num_ok, is_valid=summary.is_valid,
-        summary_request_per_s=summary.request_per_s,
+        output_tokens_per_s=carried.output_tokens_per_s, input_tokens_per_s=request_per_s * mean_input_tokens,
+        slo_attainment=carried.slo_attainment, ttft_p95_ms=latency.ttft_ms.p95, tpot_p95_ms=latency.tpot_ms.p95,
+        e2e_p95_ms=latency.e2e_ms.p95, ttfvt_p95_ms=latency.ttfvt_ms.p95, mean_input_tokens=mean_input_tokens,
+        mean_output_tokens=mean_output_tokens, num_ok=summary.requests.num_ok, is_valid=summary.is_valid,
+        summary_request_per_s=carried.request_per_s,
         kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
     )
 
@@ -80,13 +81,14 @@ def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | N
     """How close the level is to its SLO, as the worst ratio of measured to allowed: each p95 over its limit
     (<= 1 holds), which moves smoothly with load. Only when no latency is limited, the share of requests
     missing a target over the share allowed to miss. None when nothing was measured."""
-    if not s.num_ok:
+    if not s.requests.num_ok:
         return None
-    ratios = [value / limit for value, limit in ((s.ttft_ms.p95, slo.ttft_ms), (s.tpot_ms.p95, slo.tpot_ms),
-                                                 (s.e2e_ms.p95, slo.e2e_ms), (s.ttfvt_ms.p95, slo.ttfvt_ms))
+    latency = s.latency
+    ratios = [value / limit for value, limit in ((latency.ttft_ms.p95, slo.ttft_ms), (latency.tpot_ms.p95, slo.tpot_ms),
+                                                 (latency.e2e_ms.p95, slo.e2e_ms), (latency.ttfvt_ms.p95, slo.ttfvt_ms))
               if value is not None and limit is not None]
     if not ratios and attainment_target < 1:
-        ratios.append((1 - s.slo_attainment) / (1 - attainment_target))
+        ratios.append((1 - s.throughput.slo_attainment) / (1 - attainment_target))
     return max(ratios) if ratios else None
 
 
@@ -95,7 +97,7 @@ def _finite(value: float | None) -> float:
 
 
 def token_usage(s: LevelSummary) -> TokenUsage:
-    u = s.usage
+    u = s.tokens.usage
     return TokenUsage(num_requests=u.num_requests, num_with_usage=u.num_with_usage, prompt_tokens=u.prompt_tokens,
                       cached_prompt_tokens=u.cached_prompt_tokens, completion_tokens=u.completion_tokens,
                       asked_output_tokens=u.asked_output_tokens, counted_output_tokens=u.counted_output_tokens,
@@ -105,7 +107,7 @@ def token_usage(s: LevelSummary) -> TokenUsage:
 def measured_cache_hit_rate(summaries: Sequence[LevelSummary], views: Sequence[ServerView]) -> tuple[float, str] | None:
     """The prompt-cache hit rate the runs measured, and how: from the `cached_tokens` the server reported in
     its usage (prompt tokens pooled over levels), else from its own prefix-cache metrics; None: neither."""
-    reported = [s.usage for s in summaries if s.usage.num_with_cached_count]
+    reported = [s.tokens.usage for s in summaries if s.tokens.usage.num_with_cached_count]
     prompt = sum(u.prompt_tokens for u in reported)
     if prompt:
         rate = sum(u.cached_prompt_tokens for u in reported) / prompt

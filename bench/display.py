@@ -18,7 +18,7 @@ from common.units import share
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
 from loadgen.runner import LevelBounds
-from loadgen.types import Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
+from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
 from reports.ui_overhead import UiLevel
 
 
@@ -99,11 +99,12 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
     for name in columns:
         table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
     for s in summaries:
+        carried, latency = s.throughput, s.latency
         table.add_row(
-            s.engine, s.level, f"{s.num_ok}/{s.num_failed}", _fmt(s.request_per_s, 2), _fmt(s.output_tokens_per_s, 1),
-            f"{_fmt(s.ttft_ms.p50)}/{_fmt(s.ttft_ms.p99)}", f"{_fmt(s.itl_ms.p50)}/{_fmt(s.itl_ms.p99)}",
-            _fmt(s.tpot_ms.p50), _fmt(s.e2e_ms.p50), _fmt(s.goodput_request_per_s, 2), f"{s.slo_attainment:.0%}",
-            _fmt(s.mean_in_flight, 1), _note(s),
+            s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}", _fmt(carried.request_per_s, 2),
+            _fmt(carried.output_tokens_per_s, 1), _p50_p99(latency.ttft_ms), _p50_p99(latency.itl_ms),
+            _fmt(latency.tpot_ms.p50), _fmt(latency.e2e_ms.p50), _fmt(carried.goodput_request_per_s, 2),
+            f"{carried.slo_attainment:.0%}", _fmt(carried.mean_in_flight, 1), _note(s),
         )
     return table
 
@@ -191,7 +192,7 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
 
 def comparison_table(runs: list[tuple[Path, list[LevelSummary]]]) -> Table:
     """Runs side by side, level by level; output tokens/s also as a ratio to the first run's same level."""
-    baseline = {s.level: s.output_tokens_per_s for s in runs[0][1]} if runs else {}
+    baseline = {s.level: s.throughput.output_tokens_per_s for s in runs[0][1]} if runs else {}
     table = Table(title="comparison (x = output tokens/s relative to the first run)")
     for name in ["run", "engine", "level", "ok/failed", "out tok/s", "x", "TTFT p50/p99 ms", "ITL p50/p99 ms",
                  "goodput req/s", "note"]:
@@ -201,10 +202,10 @@ def comparison_table(runs: list[tuple[Path, list[LevelSummary]]]) -> Table:
         for run_dir, summaries in runs:
             for s in (s for s in summaries if s.level == level):
                 base = baseline.get(level)
-                ratio = f"{s.output_tokens_per_s / base:.2f}" if base else "-"
-                table.add_row(run_dir.name, s.engine, s.level, f"{s.num_ok}/{s.num_failed}",
-                              _fmt(s.output_tokens_per_s, 1), ratio, f"{_fmt(s.ttft_ms.p50)}/{_fmt(s.ttft_ms.p99)}",
-                              f"{_fmt(s.itl_ms.p50)}/{_fmt(s.itl_ms.p99)}", _fmt(s.goodput_request_per_s, 2), _note(s))
+                ratio = f"{s.throughput.output_tokens_per_s / base:.2f}" if base else "-"
+                table.add_row(run_dir.name, s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}",
+                              _fmt(s.throughput.output_tokens_per_s, 1), ratio, _p50_p99(s.latency.ttft_ms),
+                              _p50_p99(s.latency.itl_ms), _fmt(s.throughput.goodput_request_per_s, 2), _note(s))
     return table
 
 
@@ -224,29 +225,36 @@ def _level_order(label: str) -> tuple[str, float, int, int]:
     return parsed.base[:1], target, parsed.repeat, parsed.attempt
 
 
+def _p50_p99(distribution: Distribution) -> str:
+    return f"{_fmt(distribution.p50)}/{_fmt(distribution.p99)}"
+
+
 def _note(s: LevelSummary) -> str:
+    carried, latency = s.throughput, s.latency
     notes = []
     if not s.is_valid:
         notes.append("INVALID: " + "; ".join(s.invalid_reasons))
-    if s.failures_by_kind:
-        notes.append(", ".join(f"{k}: {v}" for k, v in sorted(s.failures_by_kind.items())))
-    if not s.is_steady_window:
+    if s.requests.failures_by_kind:
+        notes.append(", ".join(f"{k}: {v}" for k, v in sorted(s.requests.failures_by_kind.items())))
+    if not carried.is_steady_window:
         notes.append("no steady window")
-    elif s.kind == "concurrency" and s.request_per_s * s.window_s < s.target:
+    elif s.kind == "concurrency" and carried.request_per_s * carried.window_s < s.target:
         # Tokens/s is still sound; a request rate from fewer completions than users is not.
-        notes.append(f"only {s.request_per_s * s.window_s:.0f} requests ended in the steady window: "
+        notes.append(f"only {carried.request_per_s * carried.window_s:.0f} requests ended in the steady window: "
                      "lengthen --duration for a steady req/s")
-    if s.num_short_outputs:
-        notes.append(f"{s.num_short_outputs} short outputs")
+    if s.requests.num_short_outputs:
+        notes.append(f"{s.requests.num_short_outputs} short outputs")
     notes.extend(s.notes)
-    if s.ttft_ms_later_turns.p50 is not None:
-        first, later = _fmt(s.ttft_ms_first_turn.p50), _fmt(s.ttft_ms_later_turns.p50)
+    if latency.ttft_ms_later_turns.p50 is not None:
+        first, later = _fmt(latency.ttft_ms_first_turn.p50), _fmt(latency.ttft_ms_later_turns.p50)
         notes.append(f"TTFT p50 turn 1 {first} ms, later turns {later} ms")
-    if s.usage.reasoning_tokens:
-        notes.append(f"reasoning {share(s.usage.reasoning_share)} of output, TTFVT p50 {_fmt(s.ttfvt_ms.p50, 0)} ms")
-    if s.num_throttled:
-        waited = f", retried after {_fmt(s.retry_wait_ms.p50, 0)} ms p50" if s.retry_wait_ms.p50 is not None else ""
-        notes.append(f"throttled {s.throttle_rate:.0%} of requests{waited}")
+    if s.tokens.usage.reasoning_tokens:
+        notes.append(f"reasoning {share(s.tokens.usage.reasoning_share)} of output, TTFVT p50 "
+                     f"{_fmt(latency.ttfvt_ms.p50, 0)} ms")
+    if s.requests.num_throttled:
+        wait_ms = latency.retry_wait_ms.p50
+        waited = f", retried after {_fmt(wait_ms, 0)} ms p50" if wait_ms is not None else ""
+        notes.append(f"throttled {s.requests.throttle_rate:.0%} of requests{waited}")
     return "; ".join(notes)
 
 

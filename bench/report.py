@@ -135,7 +135,7 @@ def _bills(run: Run, decision: Decision, catalog: PriceCatalog) -> tuple[LevelBi
         return ()
     a = decision.pricing.assumptions
     return tuple(level_bill(s.level, token_usage(s), price, a.cache_hit_rate, a.uses_batch_api)
-                 for s in run.summaries if s.usage.num_requests)
+                 for s in run.summaries if s.tokens.usage.num_requests)
 
 
 def _capacity_level(run: Run) -> MeasuredLevel | None:
@@ -234,7 +234,7 @@ def _notes(run: Run) -> list[str]:
         notes.append(f"the cost model uses the {_kind(run)} levels only; the others are shown in the tables")
     notes.extend(_client_notes(info, summaries))
     dataset = info.dataset
-    sent = sum(s.num_requests for s in summaries if s.kind != "trace")
+    sent = sum(s.requests.num_requests for s in summaries if s.kind != "trace")
     if dataset is not None and sent > dataset.num_requests:
         notes.append(f"the levels sent {sent:,} requests from a dataset of {dataset.num_requests:,}, each about "
                      f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "

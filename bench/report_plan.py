@@ -138,12 +138,12 @@ def model_spec(info: RunInfo) -> str:
 
 def _context(summaries: tuple[LevelSummary, ...], max_model_len: int | None, model_max: int) -> tuple[int, str]:
     """Tokens of one sequence: the longest mean request of the levels, else the engine's max_model_len."""
-    longest = max(summaries, key=lambda s: s.mean_input_tokens + s.mean_output_tokens, default=None)
-    if longest is not None and longest.mean_input_tokens + longest.mean_output_tokens >= 1:
-        tokens = math.ceil(longest.mean_input_tokens + longest.mean_output_tokens)
+    longest = max(summaries, key=lambda s: s.tokens.mean_input_tokens + s.tokens.mean_output_tokens, default=None)
+    if longest is not None and longest.tokens.mean_input_tokens + longest.tokens.mean_output_tokens >= 1:
+        tokens = math.ceil(longest.tokens.mean_input_tokens + longest.tokens.mean_output_tokens)
         source = (
-            f"the longest mean request of the levels ({longest.level}: {longest.mean_input_tokens:,.0f} "
-            f"input + {longest.mean_output_tokens:,.0f} output tokens)"
+            f"the longest mean request of the levels ({longest.level}: {longest.tokens.mean_input_tokens:,.0f} "
+            f"input + {longest.tokens.mean_output_tokens:,.0f} output tokens)"
         )
     elif max_model_len:
         tokens, source = int(max_model_len), "the engine's max_model_len"
@@ -156,7 +156,7 @@ def _context(summaries: tuple[LevelSummary, ...], max_model_len: int | None, mod
 
 def _batch(summary: LevelSummary, replicas: int) -> int:
     """The decode batch of one replica: the level's mean requests in flight, shared by the replicas."""
-    return max(1, round(summary.mean_in_flight / replicas))
+    return max(1, round(summary.throughput.mean_in_flight / replicas))
 
 
 def _batch_assumption(replicas: int) -> str:
@@ -178,13 +178,13 @@ def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> lis
         rows.append(
             {
                 "label": s.level,
-                "mean_in_flight": s.mean_in_flight,
+                "mean_in_flight": s.throughput.mean_in_flight,
                 "batch_size": batch,
                 "is_capped": batches[s.level] > most,
                 "decode_step_floor_ms": ceiling.decode_step_floor_ms,
                 "ceiling_tokens_per_s": total,
-                "measured_output_tokens_per_s": s.output_tokens_per_s,
-                "share_of_ceiling": s.output_tokens_per_s / total,
+                "measured_output_tokens_per_s": s.throughput.output_tokens_per_s,
+                "share_of_ceiling": s.throughput.output_tokens_per_s / total,
                 "plan_kv_usage": batch * plan.inputs.context / plan.memory.kv_tokens_that_fit,
                 "engine_kv_usage_max": usage.get(s.level),
             }

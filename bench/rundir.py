@@ -229,7 +229,7 @@ def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
 def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
     """summary.json and summary.csv; and repeats.json when a level was measured more than once."""
     rows = [s.flat() for s in summaries]  # every file's content made before any is written
-    as_json = json.dumps([asdict(s) for s in summaries], indent=2) + "\n"
+    as_json = json.dumps([s.to_json() for s in summaries], indent=2) + "\n"
     repeated = [asdict(r) for r in aggregate(summaries) if r.num_repeats > 1]
     table = io.StringIO()
     if rows:

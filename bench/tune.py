@@ -191,7 +191,8 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
 def busy_note(run: Run) -> str | None:
     """The levels of a run that shared the machine with other work (past the level notes' threshold), and the
     most that went elsewhere: a configuration measured on a busy machine reads lower than it is."""
-    taken = {s.level: max(s.machine.others_cores, s.machine.steal_cores) for s in run.summaries if s.machine}
+    machines = {s.level: s.client.machine for s in run.summaries if s.client.machine}
+    taken = {label: max(machine.others_cores, machine.steal_cores) for label, machine in machines.items()}
     busy = {label: cores for label, cores in taken.items() if cores > MAX_OUTSIDE_CORES}
     if not busy:
         return None

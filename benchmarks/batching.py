@@ -42,11 +42,11 @@ def main() -> None:
     throughput: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
         summaries = sweep(args.model, {"batching": mode}, plain, levels, args.duration, args.out, f"batching-{mode}")
-        throughput[mode] = {s.level: s.output_tokens_per_s for s in summaries}
+        throughput[mode] = {s.level: s.throughput.output_tokens_per_s for s in summaries}
         for s in summaries:
-            print(f"batching={mode:10s} {s.level:>4s}  {s.output_tokens_per_s:8.1f} output tokens/s  "
-                  f"TTFT p50 {s.ttft_ms.p50:8.1f} ms  TPOT p50 {s.tpot_ms.p50:7.1f} ms  "
-                  f"held {s.mean_in_flight:5.1f}  failed {s.num_failed}", flush=True)
+            print(f"batching={mode:10s} {s.level:>4s}  {s.throughput.output_tokens_per_s:8.1f} output tokens/s  "
+                  f"TTFT p50 {s.latency.ttft_ms.p50:8.1f} ms  TPOT p50 {s.latency.tpot_ms.p50:7.1f} ms  "
+                  f"held {s.throughput.mean_in_flight:5.1f}  failed {s.requests.num_failed}", flush=True)
     if "none" in throughput and "continuous" in throughput:
         for level in throughput["none"]:
             ratio = throughput["continuous"].get(level, 0) / max(throughput["none"][level], 1e-9)
@@ -55,8 +55,9 @@ def main() -> None:
                       shared_prefix=SharedPrefix(groups=1, tokens=1000))
     for cache in ("prefix-cache", "no-prefix-cache"):
         (s,) = sweep(args.model, {cache: "true"}, shared, [1], args.duration, args.out, f"shared-prefix-{cache}")
-        print(f"shared 1,000-token system prompt, {cache:16s}: TTFT p50 {s.ttft_ms.p50 or float('nan'):8.1f} ms  "
-              f"p90 {s.ttft_ms.p90 or float('nan'):8.1f} ms  failed {s.num_failed}", flush=True)
+        ttft = s.latency.ttft_ms
+        print(f"shared 1,000-token system prompt, {cache:16s}: TTFT p50 {ttft.p50 or float('nan'):8.1f} ms  "
+              f"p90 {ttft.p90 or float('nan'):8.1f} ms  failed {s.requests.num_failed}", flush=True)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,10 @@ def main() -> None:
         container = sweep(EngineFile.model_validate(reference_container_file(args.model)), levels, args.duration,
                           args.out)
     for p, c in zip(process, container, strict=True):
-        print(f"{p.level:>4s}  process {p.output_tokens_per_s:7.1f} tok/s, TTFT p50 {p.ttft_ms.p50:8.1f} ms  |  "
-              f"container {c.output_tokens_per_s:7.1f} tok/s, TTFT p50 {c.ttft_ms.p50:8.1f} ms  |  "
-              f"container/process {c.output_tokens_per_s / p.output_tokens_per_s:.3f}", flush=True)
+        by_process, by_container = p.throughput.output_tokens_per_s, c.throughput.output_tokens_per_s
+        print(f"{p.level:>4s}  process {by_process:7.1f} tok/s, TTFT p50 {p.latency.ttft_ms.p50:8.1f} ms  |  "
+              f"container {by_container:7.1f} tok/s, TTFT p50 {c.latency.ttft_ms.p50:8.1f} ms  |  "
+              f"container/process {by_container / by_process:.3f}", flush=True)
 
 
 if __name__ == "__main__":

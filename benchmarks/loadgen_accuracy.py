@@ -64,8 +64,8 @@ def server_sent(port: int) -> dict[str, Any]:
 def report(concurrency: int, s: LevelSummary, sent: dict[str, Any]) -> bool:
     truth = {"ttft p50": TTFT_MS, "itl p50": ITL_MS, "itl p99": ITL_MS,
              "output tokens/s": concurrency * TOKENS / ((TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000)}
-    measured = {"ttft p50": s.ttft_ms.p50, "itl p50": s.itl_ms.p50, "itl p99": s.itl_ms.p99,
-                "output tokens/s": s.output_tokens_per_s}
+    measured = {"ttft p50": s.latency.ttft_ms.p50, "itl p50": s.latency.itl_ms.p50, "itl p99": s.latency.itl_ms.p99,
+                "output tokens/s": s.throughput.output_tokens_per_s}
     all_ok = True
     for name, (kind, bound) in tolerances(concurrency).items():
         value, true = measured[name] or float("nan"), truth[name]
@@ -83,11 +83,12 @@ def report(concurrency: int, s: LevelSummary, sent: dict[str, Any]) -> bool:
                            + (f"{client_error:+.2f} ms" if kind == "abs" else f"{client_error:+.2%}"))
         print(f"  c={concurrency:<4d} {name:16s} measured {value:10.2f}  true {true:10.2f}  error {shown:>9s}"
               f"  (within {limit}: {'yes' if ok else 'NO'}){versus_sent}")
-    client = s.client
+    client = s.client.check
     assert client is not None
-    print(f"  c={concurrency:<4d} held {s.mean_in_flight:.1f} in flight, client cpu {client.client_cpu_fraction:.0%}, "
-          f"loop lag p99 {client.loop_lag_p99_ms:.1f} ms, send delay p50 {s.send_delay_ms.p50:.2f} ms, "
-          f"failed {s.num_failed}", flush=True)
+    print(f"  c={concurrency:<4d} held {s.throughput.mean_in_flight:.1f} in flight, "
+          f"client cpu {client.client_cpu_fraction:.0%}, "
+          f"loop lag p99 {client.loop_lag_p99_ms:.1f} ms, send delay p50 {s.latency.send_delay_ms.p50:.2f} ms, "
+          f"failed {s.requests.num_failed}", flush=True)
     return all_ok
 
 

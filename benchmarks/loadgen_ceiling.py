@@ -55,8 +55,8 @@ def measure(port: int, concurrency: int, output_tokens: int, duration_s: float) 
             run = run_level_blocking(ctx, LevelBounds(duration_s=duration_s), iter_requests(workload),
                                   iter_requests(workload))
         summary = summarize(read_records(path), client=run.client)
-    return (summary.output_tokens_per_s, summary.request_per_s, summary.mean_in_flight,
-            run.client.client_cpu_fraction, summary.num_failed)
+    return (summary.throughput.output_tokens_per_s, summary.throughput.request_per_s, summary.throughput.mean_in_flight,
+            run.client.client_cpu_fraction, summary.requests.num_failed)
 
 
 def main() -> None:

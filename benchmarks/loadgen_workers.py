@@ -67,14 +67,14 @@ def measure(port: int, users: int, duration_s: float, pool: ClientPool | None) -
     sent = server_sent(port)
     truth = {"ttft p50": TTFT_MS, "itl p50": ITL_MS, "itl p99": ITL_MS,
              "output tokens/s": users * TOKENS / ((TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000)}
-    measured = {"ttft p50": s.ttft_ms.p50, "itl p50": s.itl_ms.p50, "itl p99": s.itl_ms.p99,
-                "output tokens/s": s.output_tokens_per_s}
+    measured = {"ttft p50": s.latency.ttft_ms.p50, "itl p50": s.latency.itl_ms.p50, "itl p99": s.latency.itl_ms.p99,
+                "output tokens/s": s.throughput.output_tokens_per_s}
     errors = {}
     for name, (kind, _) in tolerances(users).items():
         value = measured[name] or float("nan")
         errors[name] = value - truth[name] if kind == "abs" else (value - truth[name]) / truth[name]
     checks = [w.client for w in workers] or [run.client]
-    return Outcome(errors, s.mean_in_flight, tuple(c.client_cpu_fraction for c in checks),
+    return Outcome(errors, s.throughput.mean_in_flight, tuple(c.client_cpu_fraction for c in checks),
                    max((w.start_s for w in workers), default=0.0), max(c.loop_lag_p99_ms for c in checks),
                    sent["itl_ms"]["p99"] - ITL_MS, s.is_valid)
 

@@ -52,9 +52,10 @@ def reasoning(port: int, users: list[int], duration_s: float) -> None:
     print(f"{'users':>6} {'requests':>9} {'TTFT p50':>9} {'error':>7} {'TTFVT p50':>10} {'error':>7} {'reasoning':>10}")
     for n in users:
         s = measure(port, Level("concurrency", n), LevelBounds(duration_s=duration_s), {})
-        ttft, ttfvt = s.ttft_ms.p50 or 0.0, s.ttfvt_ms.p50 or 0.0
-        print(f"{n:>6} {s.num_ok:>9} {ttft:>9.2f} {ttft - TTFT_MS:>+7.2f} {ttfvt:>10.2f} {ttfvt - visible:>+7.2f} "
-              f"{s.usage.reasoning_share or 0:>10.0%}")
+        ttft, ttfvt = s.latency.ttft_ms.p50 or 0.0, s.latency.ttfvt_ms.p50 or 0.0
+        print(f"{n:>6} {s.requests.num_ok:>9} {ttft:>9.2f} {ttft - TTFT_MS:>+7.2f} {ttfvt:>10.2f} "
+              f"{ttfvt - visible:>+7.2f} "
+              f"{s.tokens.usage.reasoning_share or 0:>10.0%}")
 
 
 def throttling(port: int, rates: list[float], limit: float, duration_s: float) -> None:
@@ -65,8 +66,9 @@ def throttling(port: int, rates: list[float], limit: float, duration_s: float) -
     for rate in rates:
         s = measure(port, Level("rate", rate), LevelBounds(duration_s=duration_s, num_warmup=0),
                     {"on_throttle": "fail"})
-        accepted = s.num_ok / duration_s
-        print(f"{rate:>8g} {s.num_requests:>6} {s.num_ok:>5} {s.throttle_rate:>10.0%} {accepted:>15.2f}")
+        accepted = s.requests.num_ok / duration_s
+        counts = s.requests
+        print(f"{rate:>8g} {counts.num_requests:>6} {counts.num_ok:>5} {counts.throttle_rate:>10.0%} {accepted:>15.2f}")
 
 
 def main() -> None:

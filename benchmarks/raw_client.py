@@ -146,11 +146,12 @@ def main() -> None:
         print(orjson.dumps(asdict(raw_run), option=orjson.OPT_SERIALIZE_NUMPY).decode())
         return
     s = raw_run.summary
-    assert s.client is not None
-    print(f"c={args.users}: {s.num_ok} requests, TTFT p50/p99 {s.ttft_ms.p50:.2f}/{s.ttft_ms.p99:.2f} ms, "
-          f"ITL p50/p99 {s.itl_ms.p50:.2f}/{s.itl_ms.p99:.2f} ms, {s.mean_in_flight:.1f} in flight, "
-          f"loop lag p99 {s.client.loop_lag_p99_ms:.1f} ms (max {s.client.loop_lag_max_ms:.1f}), "
-          f"cpu {s.client.client_cpu_fraction:.0%}")
+    check, latency = s.client.check, s.latency
+    assert check is not None
+    print(f"c={args.users}: {s.requests.num_ok} requests, TTFT p50/p99 {latency.ttft_ms.p50:.2f}/"
+          f"{latency.ttft_ms.p99:.2f} ms, ITL p50/p99 {latency.itl_ms.p50:.2f}/{latency.itl_ms.p99:.2f} ms, "
+          f"{s.throughput.mean_in_flight:.1f} in flight, loop lag p99 {check.loop_lag_p99_ms:.1f} ms "
+          f"(max {check.loop_lag_max_ms:.1f}), cpu {check.client_cpu_fraction:.0%}")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ summaries = summarize_run(Path(sys.argv[1]))
 seconds = time.perf_counter() - start
 import resource
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "summaries": [asdict(s) for s in summaries]}))
+print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "summaries": [s.to_json() for s in summaries]}))
 """
 
 # Another revision's summarizer, as it was: its metrics module loaded from git, fed the records it read.
@@ -85,7 +85,7 @@ summary = module.summarize(records)
 seconds = time.perf_counter() - start
 import resource
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "summaries": [asdict(summary)]}))
+print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "summaries": [summary.to_json()]}))
 """
 
 

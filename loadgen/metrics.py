@@ -37,10 +37,15 @@ from loadgen.network import ConnectProbe
 from loadgen.types import (
     SLO,
     ClientCheck,
+    ClientSide,
     Distribution,
+    Latency,
     LevelSummary,
     MachineLoad,
+    RequestCounts,
     RequestRecord,
+    Throughput,
+    Tokens,
     UsageTotals,
     WorkerRun,
     worst_check,
@@ -77,62 +82,77 @@ def summarize_columns(
     n = len(c)
     if n == 0:
         raise ValueError("no measured requests to summarize")
-    t, k, ok = c.times, c.counts, c.ok
+    t, ok = c.times, c.ok
     label = parse_label(c.level)
     open_loop = bool(np.any(~np.isnan(t["scheduled_s"])))
     kind = "trace" if label.kind == "trace" else "rate" if open_loop else "concurrency"
-    ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
-    start, end, is_steady = _steady_window(c, kind, ended)
-    window_s = max(end - start, 1e-9)
     first, last = _first_and_last_chunk(c)
-    meets = ok & _meets_slo(c, slo, first, last)
-    counts = _count_in_window(c, ok, start, end, last)
-    run_start = float(t["send_s"].min())
-    run_s = max(float(ended.max()) - run_start, 1e-9)
-    num_ok = int(ok.sum())
-    output_ok = k["output_tokens"][ok]
-    prompt_ok = k["prompt_tokens"][ok]
-    cached_ok = k["cached_tokens"][ok]
-    throttle_retries = k["throttled_attempts"] - c.throttled_error
-    throttled = k["throttled_attempts"] > 0
-    retried = ok & ~np.isnan(t["first_send_s"])
     summary = LevelSummary(
-        engine=c.engine, level=c.level, kind=kind, target=label.target, base_level=label.base,
-        repeat=label.repeat,
-        num_requests=n, num_ok=num_ok, num_failed=n - num_ok, failure_rate=(n - num_ok) / n,
-        failures_by_kind=c.failures_by_kind,
-        window_s=window_s, is_steady_window=is_steady,
-        request_per_s=counts.requests / window_s,
-        output_tokens_per_s=counts.output_tokens / window_s,
-        total_tokens_per_s=(counts.output_tokens + counts.input_tokens) / window_s,
-        run_request_per_s=num_ok / run_s,
-        run_output_tokens_per_s=int(output_ok.sum()) / run_s,
-        goodput_request_per_s=_count_in_window(c, meets, start, end, last).requests / window_s,
-        slo_attainment=int(meets.sum()) / n,
-        mean_input_tokens=_mean(prompt_ok[prompt_ok != NONE]),
-        mean_output_tokens=_mean(output_ok),
-        mean_in_flight=_mean_in_flight(c, start, end),
-        **_latency_distributions(c, ok, first, last),
-        **_turn_distributions(c, ok, first),
-        mean_cached_tokens=_mean_or_none(cached_ok[cached_ok != NONE]),
-        token_count_sources=c.token_count_sources,
-        num_usage_mismatch=int(np.sum(ok & (k["server_output_tokens"] != NONE)
-                                      & (k["server_output_tokens"] != c.num_chunks))),
-        num_short_outputs=int(np.sum(ok & (k["max_tokens"] != NONE) & (k["output_tokens"] < k["max_tokens"]))),
-        num_resent=int(np.sum(k["attempts"] > 1 + throttle_retries)),
-        num_throttled=int(throttled.sum()),
-        throttle_rate=int(throttled.sum()) / n,
-        num_throttled_attempts=int(k["throttled_attempts"].sum()),
-        retry_wait_ms=Distribution.of((t["send_s"][retried] - t["first_send_s"][retried]) * 1000),
-        connect_ms=Distribution.of(t["connect_ms"][~np.isnan(t["connect_ms"])]),
-        usage=usage_totals(c, ok),
-        tcp_connect_ms=network.tcp_ms if network else None,
-        tls_handshake_ms=network.tls_ms if network else None,
-        client=client, machine=machine, num_workers=max(len(workers), 1),
+        engine=c.engine, level=c.level, kind=kind, target=label.target, base_level=label.base, repeat=label.repeat,
+        requests=_request_counts(c), throughput=_throughput(c, kind, ok & _meets_slo(c, slo, first, last), last),
+        latency=_latency(c, first, last), tokens=_tokens(c),
+        client=ClientSide(check=client, num_workers=max(len(workers), 1), machine=machine,
+                          tcp_connect_ms=network.tcp_ms if network else None,
+                          tls_handshake_ms=network.tls_ms if network else None),
     )
     reasons = _invalid_reasons(summary, workers)
     notes = _worker_notes(workers) + machine_notes(machine)
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=notes)
+
+
+def _request_counts(c: LevelColumns) -> RequestCounts:
+    k, ok = c.counts, c.ok
+    n, num_ok = len(c), int(c.ok.sum())
+    throttled = k["throttled_attempts"] > 0
+    throttle_retries = k["throttled_attempts"] - c.throttled_error
+    return RequestCounts(
+        num_requests=n, num_ok=num_ok, num_failed=n - num_ok, failure_rate=(n - num_ok) / n,
+        failures_by_kind=c.failures_by_kind,
+        num_usage_mismatch=int(np.sum(ok & (k["server_output_tokens"] != NONE)
+                                      & (k["server_output_tokens"] != c.num_chunks))),
+        num_short_outputs=int(np.sum(ok & (k["max_tokens"] != NONE) & (k["output_tokens"] < k["max_tokens"]))),
+        num_resent=int(np.sum(k["attempts"] > 1 + throttle_retries)), num_throttled=int(throttled.sum()),
+        throttle_rate=int(throttled.sum()) / n, num_throttled_attempts=int(k["throttled_attempts"].sum()),
+    )
+
+
+def _throughput(c: LevelColumns, kind: str, meets: np.ndarray, last: np.ndarray) -> Throughput:
+    """Over the steady window, and over the whole run; `meets`: the ok requests that met every SLO."""
+    t, ok = c.times, c.ok
+    ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
+    start, end, is_steady = _steady_window(c, kind, ended)
+    window_s = max(end - start, 1e-9)
+    counts = _count_in_window(c, ok, start, end, last)
+    run_s = max(float(ended.max()) - float(t["send_s"].min()), 1e-9)
+    return Throughput(
+        window_s=window_s, is_steady_window=is_steady, request_per_s=counts.requests / window_s,
+        output_tokens_per_s=counts.output_tokens / window_s,
+        total_tokens_per_s=(counts.output_tokens + counts.input_tokens) / window_s,
+        run_request_per_s=int(ok.sum()) / run_s,
+        run_output_tokens_per_s=int(c.counts["output_tokens"][ok].sum()) / run_s,
+        goodput_request_per_s=_count_in_window(c, meets, start, end, last).requests / window_s,
+        slo_attainment=int(meets.sum()) / len(c), mean_in_flight=_mean_in_flight(c, start, end),
+    )
+
+
+def _latency(c: LevelColumns, first: np.ndarray, last: np.ndarray) -> Latency:
+    t, ok = c.times, c.ok
+    retried = ok & ~np.isnan(t["first_send_s"])
+    return Latency(
+        **_latency_distributions(c, ok, first, last), **_turn_distributions(c, ok, first),
+        retry_wait_ms=Distribution.of((t["send_s"][retried] - t["first_send_s"][retried]) * 1000),
+        connect_ms=Distribution.of(t["connect_ms"][~np.isnan(t["connect_ms"])]),
+    )
+
+
+def _tokens(c: LevelColumns) -> Tokens:
+    k, ok = c.counts, c.ok
+    prompt_ok, cached_ok = k["prompt_tokens"][ok], k["cached_tokens"][ok]
+    return Tokens(
+        mean_input_tokens=_mean(prompt_ok[prompt_ok != NONE]), mean_output_tokens=_mean(k["output_tokens"][ok]),
+        mean_cached_tokens=_mean_or_none(cached_ok[cached_ok != NONE]), token_count_sources=c.token_count_sources,
+        usage=usage_totals(c, ok),
+    )
 
 
 def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:
@@ -308,7 +328,7 @@ def _mean_in_flight(c: LevelColumns, start: float, end: float) -> float:
 
 def _invalid_reasons(s: LevelSummary, workers: Sequence[WorkerRun] = ()) -> list[str]:
     checks = [(f"client worker {w.worker}", w.client) for w in workers] or \
-        ([("client", s.client)] if s.client is not None else [])
+        ([("client", s.client.check)] if s.client.check is not None else [])
     reasons = []
     for who, check in checks:
         if check.loop_lag_p99_ms > MAX_LOOP_LAG_P99_MS:
@@ -320,8 +340,9 @@ def _invalid_reasons(s: LevelSummary, workers: Sequence[WorkerRun] = ()) -> list
     for w in workers:
         if w.wall_s > 0 and w.starved_s > MAX_STARVED_FRACTION * w.wall_s:
             reasons.append(f"client worker {w.worker} waited {w.starved_s:.2f} s for requests from the driver")
-    if s.kind == "concurrency" and s.is_steady_window and s.mean_in_flight < MIN_HELD_CONCURRENCY_FRACTION * s.target:
-        reasons.append(f"client held {s.mean_in_flight:.1f} of {s.target:g} requests in flight")
+    held = s.throughput.mean_in_flight
+    if s.kind == "concurrency" and s.throughput.is_steady_window and held < MIN_HELD_CONCURRENCY_FRACTION * s.target:
+        reasons.append(f"client held {held:.1f} of {s.target:g} requests in flight")
     return reasons
 
 
@@ -349,8 +370,9 @@ def cut_short(summary: LevelSummary, c: LevelColumns) -> LevelSummary:
     workers = c.counts["worker"]
     reason = ("cut short before its end (the sweep was stopped, or a client worker died): figures from the "
               "requests that finished")
+    num_workers = max(len(np.unique(workers[workers != NONE])), 1)
     return replace(summary, is_valid=False, invalid_reasons=[*summary.invalid_reasons, reason],
-                   num_workers=max(len(np.unique(workers[workers != NONE])), 1))
+                   client=replace(summary.client, num_workers=num_workers))
 
 
 def machine_notes(machine: MachineLoad | None) -> list[str]:

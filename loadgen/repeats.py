@@ -8,7 +8,7 @@ the mean across repeats, with K - 1 degrees of freedom; the per-repeat values tr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -17,20 +17,20 @@ from loadgen.types import Interval, LevelSummary, RepeatedLevel
 
 CONFIDENCE = 0.95
 # The figures a decision or a reader leans on: name -> how to read it from a summary.
-HEADLINE_FIGURES = {
-    "output_tokens_per_s": lambda s: s.output_tokens_per_s,
-    "request_per_s": lambda s: s.request_per_s,
-    "goodput_request_per_s": lambda s: s.goodput_request_per_s,
-    "slo_attainment": lambda s: s.slo_attainment,
-    "failure_rate": lambda s: s.failure_rate,
-    "ttft_ms_p50": lambda s: s.ttft_ms.p50,
-    "ttft_ms_p95": lambda s: s.ttft_ms.p95,
-    "itl_ms_p50": lambda s: s.itl_ms.p50,
-    "itl_ms_p95": lambda s: s.itl_ms.p95,
-    "tpot_ms_p50": lambda s: s.tpot_ms.p50,
-    "tpot_ms_p95": lambda s: s.tpot_ms.p95,
-    "e2e_ms_p50": lambda s: s.e2e_ms.p50,
-    "e2e_ms_p95": lambda s: s.e2e_ms.p95,
+HEADLINE_FIGURES: dict[str, Callable[[LevelSummary], float | None]] = {
+    "output_tokens_per_s": lambda s: s.throughput.output_tokens_per_s,
+    "request_per_s": lambda s: s.throughput.request_per_s,
+    "goodput_request_per_s": lambda s: s.throughput.goodput_request_per_s,
+    "slo_attainment": lambda s: s.throughput.slo_attainment,
+    "failure_rate": lambda s: s.requests.failure_rate,
+    "ttft_ms_p50": lambda s: s.latency.ttft_ms.p50,
+    "ttft_ms_p95": lambda s: s.latency.ttft_ms.p95,
+    "itl_ms_p50": lambda s: s.latency.itl_ms.p50,
+    "itl_ms_p95": lambda s: s.latency.itl_ms.p95,
+    "tpot_ms_p50": lambda s: s.latency.tpot_ms.p50,
+    "tpot_ms_p95": lambda s: s.latency.tpot_ms.p95,
+    "e2e_ms_p50": lambda s: s.latency.e2e_ms.p50,
+    "e2e_ms_p95": lambda s: s.latency.e2e_ms.p95,
 }
 
 

@@ -245,16 +245,26 @@ class UsageTotals:
 
 
 @dataclass(frozen=True)
-class LevelSummary:
-    engine: str
-    level: str
-    kind: str
-    target: float
+class RequestCounts:
+    """How a level's requests ended."""
+
     num_requests: int
     num_ok: int
     num_failed: int
     failure_rate: float
     failures_by_kind: dict[str, int]
+    num_usage_mismatch: int = 0  # answers whose chunks did not map one-to-one onto the server's token count
+    num_short_outputs: int = 0  # answers shorter than asked
+    num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
+    num_throttled: int = 0  # requests answered 429 (or a rate-limit event) at least once
+    throttle_rate: float = 0.0  # num_throttled / num_requests
+    num_throttled_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What a level carried: over its steady window (closed loop: every user active), and over the whole run."""
+
     window_s: float
     is_steady_window: bool
     request_per_s: float
@@ -262,11 +272,15 @@ class LevelSummary:
     total_tokens_per_s: float
     run_request_per_s: float
     run_output_tokens_per_s: float
-    goodput_request_per_s: float
-    slo_attainment: float
-    mean_input_tokens: float
-    mean_output_tokens: float
-    mean_in_flight: float
+    goodput_request_per_s: float  # ok requests meeting every SLO
+    slo_attainment: float  # the share of all requests that met every SLO
+    mean_in_flight: float  # the concurrency the client really held
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A level's latencies (loadgen.metrics defines each), in milliseconds."""
+
     ttft_ms: Distribution
     itl_ms: Distribution
     icl_ms: Distribution
@@ -279,50 +293,104 @@ class LevelSummary:
     # Multi-turn workloads: a conversation's first turn, and the later ones that send its history again.
     ttft_ms_first_turn: Distribution = field(default_factory=Distribution)
     ttft_ms_later_turns: Distribution = field(default_factory=Distribution)
-    mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
-    token_count_sources: dict[str, int] = field(default_factory=dict)
-    num_usage_mismatch: int = 0
-    num_short_outputs: int = 0
-    num_resent: int = 0  # requests sent again after meeting a kept-alive connection the server had closed
-    ttfvt_ms: Distribution = field(default_factory=Distribution)
-    num_throttled: int = 0  # requests answered 429 (or a rate-limit event) at least once
-    throttle_rate: float = 0.0  # num_throttled / num_requests
-    num_throttled_attempts: int = 0
+    ttfvt_ms: Distribution = field(default_factory=Distribution)  # to the first visible token
     retry_wait_ms: Distribution = field(default_factory=Distribution)  # throttled, then answered: the wait
     connect_ms: Distribution = field(default_factory=Distribution)  # new connections' set-up
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The lengths a level's requests had and the tokens the server reported for them."""
+
+    mean_input_tokens: float
+    mean_output_tokens: float
+    mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
+    token_count_sources: dict[str, int] = field(default_factory=dict)
+    usage: UsageTotals = field(default_factory=UsageTotals)
+
+
+@dataclass(frozen=True)
+class ClientSide:
+    """The client's check on itself, and what stood between it and the server: the network, the machine."""
+
+    check: ClientCheck | None = None  # several client processes: each figure the worst of theirs
+    num_workers: int = 1  # client processes the level was split across
+    machine: MachineLoad | None = None  # what else this machine did meanwhile (None: not read)
     tcp_connect_ms: float | None = None  # probed before the level: the network apart from the server
     tls_handshake_ms: float | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    client: ClientCheck | None = None  # several client processes: each figure the worst of theirs
-    machine: MachineLoad | None = None  # what else this machine did meanwhile (None: not read)
-    num_workers: int = 1  # client processes the level was split across
+
+
+# summary.json's keys, in the order the file has always had them (the groups are this version's).
+SUMMARY_KEYS = (
+    "engine", "level", "kind", "target", "num_requests", "num_ok", "num_failed", "failure_rate", "failures_by_kind",
+    "window_s", "is_steady_window", "request_per_s", "output_tokens_per_s", "total_tokens_per_s",
+    "run_request_per_s", "run_output_tokens_per_s", "goodput_request_per_s", "slo_attainment",
+    "mean_input_tokens", "mean_output_tokens", "mean_in_flight", "ttft_ms", "itl_ms", "icl_ms", "tpot_ms", "e2e_ms",
+    "ttft_from_schedule_ms", "e2e_from_schedule_ms", "schedule_lag_ms", "send_delay_ms", "ttft_ms_first_turn",
+    "ttft_ms_later_turns", "mean_cached_tokens", "token_count_sources", "num_usage_mismatch", "num_short_outputs",
+    "num_resent", "ttfvt_ms", "num_throttled", "throttle_rate", "num_throttled_attempts", "retry_wait_ms",
+    "connect_ms", "tcp_connect_ms", "tls_handshake_ms", "usage", "client", "machine", "num_workers", "is_valid",
+    "invalid_reasons", "notes", "base_level", "repeat",
+)
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """One level of one engine, summarized from its records (loadgen.metrics): who and what load, then how
+    its requests ended, what it carried, how long things took, its tokens, and the client's side."""
+
+    engine: str
+    level: str
+    kind: str  # concurrency, rate or trace
+    target: float  # users or requests/s (a trace's time scale)
+    requests: RequestCounts
+    throughput: Throughput
+    latency: Latency
+    tokens: Tokens
+    client: ClientSide = field(default_factory=ClientSide)
     is_valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a reader should know that does not invalidate it
     base_level: str = ""  # the level without its repeat (c8 for c8#2)
     repeat: int = 1
 
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's row: one object, the groups' fields side by side (the file's keys as they were)."""
+        client = self.client
+        values: dict[str, Any] = {
+            **asdict(self.requests), **asdict(self.throughput), **asdict(self.latency), **asdict(self.tokens),
+            "client": asdict(client.check) if client.check else None,
+            "machine": asdict(client.machine) if client.machine else None, "num_workers": client.num_workers,
+            "tcp_connect_ms": client.tcp_connect_ms, "tls_handshake_ms": client.tls_handshake_ms,
+            "engine": self.engine, "level": self.level, "kind": self.kind, "target": self.target,
+            "is_valid": self.is_valid, "invalid_reasons": self.invalid_reasons, "notes": self.notes,
+            "base_level": self.base_level, "repeat": self.repeat,
+        }
+        return {key: values[key] for key in SUMMARY_KEYS}
+
     def flat(self) -> dict[str, Any]:
-        """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns."""
+        """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns, the client's check
+        its own columns, the machine's load two; the same columns whatever a level has."""
         row: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, MachineLoad) or f.name == "machine":  # the same columns whether read or not
-                row["others_cpu_cores"] = round(value.others_cores, 3) if value else None
-                row["steal_cores"] = round(value.steal_cores, 3) if value else None
-            elif f.name == "client":  # the same columns whether the level has the client's check or not
-                for g in fields(ClientCheck):
-                    row[g.name] = getattr(value, g.name) if value is not None else None
-            elif isinstance(value, (Distribution, UsageTotals)):
-                for g in fields(value):
-                    row[f"{f.name}_{g.name}"] = getattr(value, g.name)
+        machine = self.client.machine
+        for key, value in self.to_json().items():
+            if key == "machine":
+                row["others_cpu_cores"] = round(machine.others_cores, 3) if machine else None
+                row["steal_cores"] = round(machine.steal_cores, 3) if machine else None
+            elif key == "client":
+                row.update({g.name: (value or {}).get(g.name) for g in fields(ClientCheck)})
+            elif isinstance(value, dict) and key in _NESTED:
+                row.update({f"{key}_{name}": stat for name, stat in value.items()})
             elif isinstance(value, dict):
-                row[f.name] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
+                row[key] = ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
             elif isinstance(value, list):
-                row[f.name] = "; ".join(value)
+                row[key] = "; ".join(value)
             else:
-                row[f.name] = value
+                row[key] = value
         return row
+
+
+_NESTED = {f.name for f in fields(Latency)} | {"usage"}  # records whose fields are columns of their own
 
 
 @dataclass(frozen=True)

@@ -276,13 +276,15 @@ def _repeated(level: RepeatedLevel) -> dict[str, Any]:
 
 
 def _level(s: LevelSummary, cost: LevelCost | None, price: ProviderCost | None) -> dict[str, Any]:
+    carried, latency, mean_output_tokens = s.throughput, s.latency, s.tokens.mean_output_tokens
     row = {"label": s.level, "base_level": s.base_level or s.level, "repeat": s.repeat, "kind": s.kind,
-           "load": s.target, "num_ok": s.num_ok, "num_failed": s.num_failed,
-           "failure_rate": s.failure_rate, "output_tokens_per_s": s.output_tokens_per_s,
-           "request_per_s": s.output_tokens_per_s / s.mean_output_tokens if s.mean_output_tokens else 0.0,
-           "window_request_per_s": s.request_per_s, "goodput_request_per_s": s.goodput_request_per_s,
-           "slo_attainment": s.slo_attainment, "ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms, "tpot_ms": s.tpot_ms,
-           "e2e_ms": s.e2e_ms, "is_valid": s.is_valid, "invalid_reasons": s.invalid_reasons,
+           "load": s.target, "num_ok": s.requests.num_ok, "num_failed": s.requests.num_failed,
+           "failure_rate": s.requests.failure_rate, "output_tokens_per_s": carried.output_tokens_per_s,
+           "request_per_s": carried.output_tokens_per_s / mean_output_tokens if mean_output_tokens else 0.0,
+           "window_request_per_s": carried.request_per_s, "goodput_request_per_s": carried.goodput_request_per_s,
+           "slo_attainment": carried.slo_attainment, "ttft_ms": latency.ttft_ms, "itl_ms": latency.itl_ms,
+           "tpot_ms": latency.tpot_ms, "e2e_ms": latency.e2e_ms, "is_valid": s.is_valid,
+           "invalid_reasons": s.invalid_reasons,
            "used_for_cost": cost is not None, "cost": cost, "meets_slo": cost.meets_slo if cost else None,
            "break_even_utilization": None}
     if cost is not None and price is not None and cost.usd_per_request is not None and price.usd_per_request > 0:

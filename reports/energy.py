@@ -26,10 +26,10 @@ def energy_block(summaries: tuple[LevelSummary, ...], views: tuple[GpuView, ...]
 
 
 def _row(view: GpuView, s: LevelSummary) -> dict[str, Any]:
-    joules = view.joules_per_output_token(s.output_tokens_per_s)
+    joules = view.joules_per_output_token(s.throughput.output_tokens_per_s)
     return {"label": s.level, "kind": s.kind, "load": s.target, "num_samples": view.num_samples,
             "mean_power_w": view.mean_power_w, "max_power_w": view.max_power_w,
             "mean_utilization_pct": view.mean_utilization_pct, "max_memory_used_mib": view.max_memory_used_mib,
             "mean_sm_clock_mhz": view.mean_sm_clock_mhz, "max_temperature_c": view.max_temperature_c,
-            "output_tokens_per_s": s.output_tokens_per_s, "joules_per_output_token": joules,
+            "output_tokens_per_s": s.throughput.output_tokens_per_s, "joules_per_output_token": joules,
             "output_tokens_per_kwh": JOULES_PER_KWH / joules if joules else None}

@@ -41,8 +41,8 @@ def _difference(a: float | None, b: float | None) -> float | None:
 def pair_levels(direct: list[LevelSummary], ui: list[LevelSummary]) -> list[UiLevel]:
     """Levels measured both ways (matched by label), in the direct run's order."""
     through = {s.level: s for s in ui}
-    return [UiLevel(d.level, d.target, d.ttft_ms.p50, u.ttft_ms.p50, d.itl_ms.p50, u.itl_ms.p50,
-                    d.output_tokens_per_s, u.output_tokens_per_s)
+    return [UiLevel(d.level, d.target, d.latency.ttft_ms.p50, u.latency.ttft_ms.p50, d.latency.itl_ms.p50,
+                    u.latency.itl_ms.p50, d.throughput.output_tokens_per_s, u.throughput.output_tokens_per_s)
             for d in direct if (u := through.get(d.level)) is not None]
 
 

@@ -8,17 +8,19 @@ from dataclasses import replace
 import pytest
 
 from bench.costinputs import level_from_summary, measured_levels, repeated_level
-from loadgen.types import Distribution, LevelSummary
+from loadgen.types import Distribution, Latency, LevelSummary, RequestCounts, Throughput, Tokens
 
 
 def summary(label: str, kind: str, target: float = 4.0, base_level: str = "") -> LevelSummary:
     return LevelSummary(
-        engine="ref", level=label, kind=kind, target=target, base_level=base_level, num_requests=100, num_ok=100,
-        num_failed=0, failure_rate=0.0, failures_by_kind={}, window_s=10.0, is_steady_window=True,
-        request_per_s=4.0, output_tokens_per_s=512.0, total_tokens_per_s=1536.0, run_request_per_s=4.0,
-        run_output_tokens_per_s=512.0, goodput_request_per_s=4.0, slo_attainment=1.0, mean_input_tokens=256,
-        mean_output_tokens=128, mean_in_flight=4.0, ttft_ms=Distribution(), itl_ms=Distribution(),
-        icl_ms=Distribution(), tpot_ms=Distribution(), e2e_ms=Distribution())
+        engine="ref", level=label, kind=kind, target=target, base_level=base_level,
+        requests=RequestCounts(num_requests=100, num_ok=100, num_failed=0, failure_rate=0.0, failures_by_kind={}),
+        throughput=Throughput(window_s=10.0, is_steady_window=True, request_per_s=4.0, output_tokens_per_s=512.0,
+                              total_tokens_per_s=1536.0, run_request_per_s=4.0, run_output_tokens_per_s=512.0,
+                              goodput_request_per_s=4.0, slo_attainment=1.0, mean_in_flight=4.0),
+        latency=Latency(ttft_ms=Distribution(), itl_ms=Distribution(), icl_ms=Distribution(), tpot_ms=Distribution(),
+                        e2e_ms=Distribution()),
+        tokens=Tokens(mean_input_tokens=256, mean_output_tokens=128))
 
 
 @pytest.mark.parametrize(("label", "kind"), [("r4", "rate"), ("c4", "concurrency"), ("t1", "trace"),
@@ -28,8 +30,9 @@ def test_a_level_s_kind_is_the_summary_s(label: str, kind: str) -> None:
 
 
 def test_repeats_folded_into_one_level_keep_its_kind_whatever_its_label() -> None:
-    repeats = [summary("r4", "rate", base_level="r4"), replace(summary("r4#2", "rate", base_level="r4"),
-                                                               output_tokens_per_s=640.0)]
+    second = summary("r4#2", "rate", base_level="r4")
+    repeats = [summary("r4", "rate", base_level="r4"),
+               replace(second, throughput=replace(second.throughput, output_tokens_per_s=640.0))]
     capacity = repeated_level(repeats, "capacity")
     assert (capacity.label, capacity.kind, capacity.num_repeats) == ("capacity", "rate", 2)
     (level,) = measured_levels(repeats)

@@ -26,12 +26,12 @@ def test_fault_is_counted_as_a_failure_of_its_kind(
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2),
                                   LevelBounds(max_requests=10, num_warmup=0), output_tokens=10)
     failed = [r for r in records if not r.ok]
-    assert s.num_failed == 5 and s.num_ok == 5
-    assert s.failures_by_kind == {kind: 5}
+    assert s.requests.num_failed == 5 and s.requests.num_ok == 5
+    assert s.requests.failures_by_kind == {kind: 5}
     assert {r.http_status for r in failed} == {status}
     assert all(r.error_message for r in failed)
     # throughput counts the good requests' tokens only: 5 requests x 10 tokens over the whole run
-    assert s.run_output_tokens_per_s * (max(r.end_s for r in records) - min(r.send_s for r in records)) == \
+    assert s.throughput.run_output_tokens_per_s * (max(r.end_s for r in records) - min(r.send_s for r in records)) == \
         pytest.approx(50, rel=0.01)
 
 
@@ -46,7 +46,7 @@ def test_a_stall_past_the_request_timeout_is_a_timeout(scripted, tmp_path) -> No
     scripted.set_script(ttft_ms=10, itl_ms=5, fault="stall", stall_ms=2000, fault_after_chunks=2)
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
                                   LevelBounds(max_requests=1, num_warmup=0), request_timeout_s=0.5)
-    assert s.failures_by_kind == {"timeout": 1}
+    assert s.requests.failures_by_kind == {"timeout": 1}
     assert len(records[0].chunk_times_s) == 2  # the tokens before the stall were still recorded
 
 
@@ -59,7 +59,7 @@ def test_unknown_model_is_an_http_error_with_the_servers_message(scripted, tmp_p
 def test_connection_refused_is_a_connection_error(tmp_path) -> None:
     s, records, _ = run_one_level("http://127.0.0.1:9/v1", tmp_path, Level("concurrency", 1),
                                   LevelBounds(max_requests=2, num_warmup=0))
-    assert s.failures_by_kind == {"connection_error": 2}
+    assert s.requests.failures_by_kind == {"connection_error": 2}
 
 
 def test_open_loop_latency_from_schedule_carries_a_stall_that_send_time_hides(scripted, tmp_path) -> None:
@@ -68,9 +68,9 @@ def test_open_loop_latency_from_schedule_carries_a_stall_that_send_time_hides(sc
     scripted.set_script(ttft_ms=10, itl_ms=5, fault="stall", stall_ms=300, fault_after_chunks=0)
     s, _, _ = run_one_level(scripted.base_url, tmp_path, Level("rate", 20.0, max_concurrency=1),
                             LevelBounds(max_requests=6, num_warmup=0), output_tokens=4)
-    assert s.ttft_ms.p50 == pytest.approx(310, abs=20)
-    assert s.ttft_from_schedule_ms.p99 > s.ttft_ms.p99 + 500
-    assert s.schedule_lag_ms.p99 > 500
+    assert s.latency.ttft_ms.p50 == pytest.approx(310, abs=20)
+    assert s.latency.ttft_from_schedule_ms.p99 > s.latency.ttft_ms.p99 + 500
+    assert s.latency.schedule_lag_ms.p99 > 500
 
 
 def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_on_a_new_one(scripted, tmp_path) -> None:
@@ -80,15 +80,15 @@ def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_on_a_new_o
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2), LevelBounds(max_requests=6),
                                   output_tokens=4)
     measured = [r for r in records if not r.is_warmup]
-    assert s.num_failed == 0 and s.num_resent == sum(1 for r in measured if r.attempts > 1)
+    assert s.requests.num_failed == 0 and s.requests.num_resent == sum(1 for r in measured if r.attempts > 1)
     # Nearly every request meets a used connection and goes again; one that happens to find the pool
     # empty opens a fresh connection and is answered first time.
-    assert s.num_resent >= len(measured) - 2 and all(r.attempts <= 3 for r in measured)  # a pool of 2
+    assert s.requests.num_resent >= len(measured) - 2 and all(r.attempts <= 3 for r in measured)  # a pool of 2
 
 
 def test_a_request_dropped_on_a_fresh_connection_fails_without_retry(scripted, tmp_path) -> None:
     scripted.set_script(fault="drop")
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
                                   LevelBounds(max_requests=2, num_warmup=0))
-    assert s.failures_by_kind == {"connection_error": 2}
+    assert s.requests.failures_by_kind == {"connection_error": 2}
     assert [r.attempts for r in records] == [1, 1]

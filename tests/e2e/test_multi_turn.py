@@ -21,10 +21,10 @@ def test_every_turn_sends_the_conversation_so_far_with_the_servers_own_answers(s
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 2), LevelBounds(max_requests=12),
                                   workload=workload)
     measured = [r for r in records if not r.is_warmup]
-    assert s.num_failed == 0 and len(measured) == 12
-    assert s.ttft_ms_first_turn == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn == 1])
-    assert s.ttft_ms_later_turns == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn > 1])
-    assert s.ttft_ms_first_turn.p50 is not None and s.ttft_ms_later_turns.p50 is not None
+    assert s.requests.num_failed == 0 and len(measured) == 12
+    assert s.latency.ttft_ms_first_turn == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn == 1])
+    assert s.latency.ttft_ms_later_turns == Distribution.of([r.ttft_s * 1000 for r in measured if r.turn > 1])
+    assert s.latency.ttft_ms_first_turn.p50 is not None and s.latency.ttft_ms_later_turns.p50 is not None
     by_conversation = defaultdict(list)
     for r in measured:
         by_conversation[r.conversation_id].append(r)

@@ -27,16 +27,16 @@ def test_ttft_counts_reasoning_and_ttfvt_waits_for_the_first_visible_token(scrip
     scripted.set_script(ttft_ms=100, itl_ms=20, reasoning_tokens=REASONING_TOKENS)
     s, records, _ = run_one_level(scripted.base_url, tmp_path, Level("concurrency", users),
                                   LevelBounds(max_requests=users, num_warmup=0), output_tokens=64)
-    assert s.num_ok == users
+    assert s.requests.num_ok == users
     # TTFT is the first reasoning token's time, TTFVT the first answer token's: 640 ms apart. 5 ms, as
     # test_timing.py allows its TTFT: 50 streams on two shared cores once read 102.8 against 100.
-    assert s.ttft_ms.p50 == pytest.approx(100, abs=5)
-    assert s.ttfvt_ms.p50 == pytest.approx(740, abs=5)
-    assert s.mean_output_tokens == 64
+    assert s.latency.ttft_ms.p50 == pytest.approx(100, abs=5)
+    assert s.latency.ttfvt_ms.p50 == pytest.approx(740, abs=5)
+    assert s.tokens.mean_output_tokens == 64
     assert {r.reasoning_tokens for r in records} == {REASONING_TOKENS}
-    assert s.usage.reasoning_tokens == REASONING_TOKENS * users
-    assert s.usage.reasoning_share == pytest.approx(0.5)
-    assert s.itl_ms.p50 == pytest.approx(20, abs=1)  # reasoning tokens are generated tokens: in the ITL
+    assert s.tokens.usage.reasoning_tokens == REASONING_TOKENS * users
+    assert s.tokens.usage.reasoning_share == pytest.approx(0.5)
+    assert s.latency.itl_ms.p50 == pytest.approx(20, abs=1)  # reasoning tokens are generated tokens: in the ITL
 
 
 def test_reasoning_is_counted_from_the_chunks_when_usage_does_not_say(scripted: ScriptedServer, tmp_path) -> None:
@@ -55,7 +55,7 @@ def test_an_slo_on_ttfvt_judges_the_first_visible_token(scripted: ScriptedServer
     loose, _, _ = run_one_level(scripted.base_url, tmp_path / "loose", Level("concurrency", 2),
                                 LevelBounds(max_requests=4, num_warmup=0), output_tokens=24,
                                 slo=SLO(ttft_ms=60, ttfvt_ms=200))
-    assert strict.slo_attainment == 0 and loose.slo_attainment == 1
+    assert strict.throughput.slo_attainment == 0 and loose.throughput.slo_attainment == 1
 
 
 def test_a_rate_limit_is_throttling_not_server_errors_and_the_accepted_rate_is_the_limit(
@@ -68,10 +68,10 @@ def test_a_rate_limit_is_throttling_not_server_errors_and_the_accepted_rate_is_t
                                 LevelBounds(duration_s=3, num_warmup=0), output_tokens=4)
     above, records, _ = run_one_level(scripted.base_url, tmp_path / "r20", Level("rate", 20, burstiness=50),
                                       LevelBounds(duration_s=3, num_warmup=0), output_tokens=4)
-    assert below.num_throttled == 0 and below.failures_by_kind == {}
-    assert set(above.failures_by_kind) == {"throttled"}
-    assert above.throttle_rate == pytest.approx(0.5, abs=0.12)
-    accepted_per_s = above.num_ok / (max(r.send_s for r in records) - min(r.send_s for r in records))
+    assert below.requests.num_throttled == 0 and below.requests.failures_by_kind == {}
+    assert set(above.requests.failures_by_kind) == {"throttled"}
+    assert above.requests.throttle_rate == pytest.approx(0.5, abs=0.12)
+    accepted_per_s = above.requests.num_ok / (max(r.send_s for r in records) - min(r.send_s for r in records))
     assert accepted_per_s == pytest.approx(10, rel=0.2)
     assert all(r.http_status == 429 for r in records if not r.ok)
 
@@ -88,9 +88,9 @@ def test_retry_waits_as_retry_after_asks_and_the_wait_counts_against_the_slo(scr
     assert first.ok and first.throttled_attempts == 0 and first.attempts == 1
     assert second.ok and second.throttled_attempts == 1 and second.attempts == 2
     assert 2.0 <= second.retry_wait_s < 2.2
-    assert s.num_throttled == 1 and s.throttle_rate == 0.5 and s.num_failed == 0
-    assert s.retry_wait_ms.p50 == pytest.approx(2000, abs=200)
-    assert s.slo_attainment == 0.5  # 2 s of waiting breaks a 1 s TTFT target
+    assert s.requests.num_throttled == 1 and s.requests.throttle_rate == 0.5 and s.requests.num_failed == 0
+    assert s.latency.retry_wait_ms.p50 == pytest.approx(2000, abs=200)
+    assert s.throughput.slo_attainment == 0.5  # 2 s of waiting breaks a 1 s TTFT target
 
 
 def test_retry_never_waits_past_the_request_timeout(scripted: ScriptedServer, tmp_path) -> None:
@@ -114,8 +114,8 @@ def test_cached_prompt_tokens_are_summed_as_the_bill_needs_them(scripted: Script
                                   LevelBounds(max_requests=5, num_warmup=0), workload=workload)
     cached = [r.cached_tokens or 0 for r in sorted(records, key=lambda r: r.request_id)]
     assert cached[0] == 0 and all(c >= 48 for c in cached[1:])
-    assert s.usage.cached_prompt_tokens == sum(cached)
-    assert s.usage.cache_hit_rate == pytest.approx(sum(cached) / s.usage.prompt_tokens)
+    assert s.tokens.usage.cached_prompt_tokens == sum(cached)
+    assert s.tokens.usage.cache_hit_rate == pytest.approx(sum(cached) / s.tokens.usage.prompt_tokens)
 
 
 def test_new_connections_record_their_connect_time(scripted: ScriptedServer, tmp_path) -> None:
@@ -125,7 +125,7 @@ def test_new_connections_record_their_connect_time(scripted: ScriptedServer, tmp
     fresh = [r for r in records if r.connect_ms is not None]
     assert len(fresh) == 2  # one per user; the rest reuse a kept-alive connection
     assert all(0 < r.connect_ms < 100 for r in fresh)
-    assert s.connect_ms.p50 is not None
+    assert s.latency.connect_ms.p50 is not None
 
 
 def test_the_tcp_connect_time_is_probed_apart_from_the_server(scripted: ScriptedServer, tmp_path) -> None:
@@ -133,7 +133,7 @@ def test_the_tcp_connect_time_is_probed_apart_from_the_server(scripted: Scripted
     s, _, level_run = run_one_level(scripted.base_url, tmp_path, Level("concurrency", 1),
                                     LevelBounds(max_requests=1, num_warmup=0), output_tokens=4)
     assert level_run.network is not None and 0 < level_run.network.tcp_ms < 50
-    assert s.tcp_connect_ms == level_run.network.tcp_ms and s.tls_handshake_ms is None  # plain http
+    assert s.client.tcp_connect_ms == level_run.network.tcp_ms and s.client.tls_handshake_ms is None  # plain http
 
 
 def test_an_unreachable_endpoint_has_no_probe() -> None:

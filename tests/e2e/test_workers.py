@@ -66,13 +66,13 @@ def test_two_workers_measure_what_one_process_does_at_256_users(scripted, tmp_pa
     one, _, _ = run_one_level(scripted.base_url, tmp_path, level, bounds, output_tokens=TOKENS)
     two, records, result = split_level(scripted, tmp_path, level, bounds, workers=2)
     measured = [r for r in records if not r.is_warmup]
-    assert two.num_failed == 0 and two.num_workers == 2 and two.is_valid, two.invalid_reasons
-    assert two.ttft_ms.p50 == pytest.approx(one.ttft_ms.p50, abs=3.0)
-    assert two.ttft_ms.p50 == pytest.approx(TTFT_MS, abs=5.0)
-    assert two.itl_ms.p50 == pytest.approx(one.itl_ms.p50, rel=0.03)
-    assert two.itl_ms.p99 == pytest.approx(one.itl_ms.p99, rel=0.2)
-    assert two.output_tokens_per_s == pytest.approx(one.output_tokens_per_s, rel=0.05)
-    assert two.mean_in_flight == pytest.approx(256, rel=0.05)
+    assert two.requests.num_failed == 0 and two.client.num_workers == 2 and two.is_valid, two.invalid_reasons
+    assert two.latency.ttft_ms.p50 == pytest.approx(one.latency.ttft_ms.p50, abs=3.0)
+    assert two.latency.ttft_ms.p50 == pytest.approx(TTFT_MS, abs=5.0)
+    assert two.latency.itl_ms.p50 == pytest.approx(one.latency.itl_ms.p50, rel=0.03)
+    assert two.latency.itl_ms.p99 == pytest.approx(one.latency.itl_ms.p99, rel=0.2)
+    assert two.throughput.output_tokens_per_s == pytest.approx(one.throughput.output_tokens_per_s, rel=0.05)
+    assert two.throughput.mean_in_flight == pytest.approx(256, rel=0.05)
     ids = [r.request_id for r in measured]
     assert len(ids) == len(set(ids)) == result.level_run.num_records  # every request once, all of them kept
     assert {r.worker for r in records} == {0, 1}
@@ -105,7 +105,7 @@ def test_a_poisson_schedule_is_dealt_across_workers_whole(scripted, tmp_path) ->
     gaps = np.diff(sent)
     assert gaps.mean() == pytest.approx(1 / level.value, rel=0.25)
     assert np.std(gaps) / gaps.mean() == pytest.approx(1.0, abs=0.3)  # exponential gaps: Poisson kept
-    assert s.schedule_lag_ms.p99 is not None and s.schedule_lag_ms.p99 < 10.0
+    assert s.latency.schedule_lag_ms.p99 is not None and s.latency.schedule_lag_ms.p99 < 10.0
 
 
 def test_one_worker_falling_behind_invalidates_the_level_and_is_named(scripted, tmp_path) -> None:
@@ -124,7 +124,7 @@ def test_one_worker_falling_behind_invalidates_the_level_and_is_named(scripted, 
     judged = summarize_columns(columns, workers=lagging)
     assert not judged.is_valid
     assert judged.invalid_reasons == ["client worker 1's event loop lagged 40.0 ms at p99"]
-    assert judged.client is not None and judged.client.loop_lag_p99_ms == 40.0
+    assert judged.client is not None and judged.client.check.loop_lag_p99_ms == 40.0
     assert len(judged.notes) == 2 and "within 2.5 ms" in judged.notes[0]
     assert "1 client worker(s) ran at nice 15" in judged.notes[1] and "RAY_worker_niceness=0" in judged.notes[1]
 

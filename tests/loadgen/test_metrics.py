@@ -32,26 +32,29 @@ GOLDEN = [
 
 def test_golden_ttft_tpot_itl_e2e_match_vllm_formulas() -> None:
     s = summarize(GOLDEN)
-    assert (s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p99) == pytest.approx((283.3333333, 250.0, 495.0))
-    assert (s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p99) == pytest.approx((168.6666667, 60.0, 393.2))
-    assert (s.itl_ms.mean, s.itl_ms.p50, s.itl_ms.p99) == pytest.approx((90.0, 60.0, 373.6))
-    assert (s.e2e_ms.mean, s.e2e_ms.p50, s.e2e_ms.p99) == pytest.approx((553.3333333, 430.0, 890.6))
-    assert s.icl_ms == s.itl_ms  # one token per chunk: per-token and per-chunk gaps are the same
+    latency = s.latency
+    ttft = latency.ttft_ms
+    assert (ttft.mean, ttft.p50, ttft.p99) == pytest.approx((283.3333333, 250.0, 495.0))
+    tpot = latency.tpot_ms
+    assert (tpot.mean, tpot.p50, tpot.p99) == pytest.approx((168.6666667, 60.0, 393.2))
+    assert (latency.itl_ms.mean, latency.itl_ms.p50, latency.itl_ms.p99) == pytest.approx((90.0, 60.0, 373.6))
+    assert (latency.e2e_ms.mean, latency.e2e_ms.p50, latency.e2e_ms.p99) == pytest.approx((553.3333333, 430.0, 890.6))
+    assert latency.icl_ms == latency.itl_ms  # one token per chunk: per-token and per-chunk gaps are the same
 
 
 def test_latency_minus_ttft_equals_sum_of_itl_for_every_request() -> None:
     for r in [*GOLDEN, record(0.0, [0.1, 0.2, 0.3], [2, 4, 4])]:
         s = summarize([r])
-        itl_sum = s.itl_ms.mean * (r.output_tokens - r.chunk_tokens[0])
-        assert s.e2e_ms.mean - s.ttft_ms.mean == pytest.approx(itl_sum)
+        itl_sum = s.latency.itl_ms.mean * (r.output_tokens - r.chunk_tokens[0])
+        assert s.latency.e2e_ms.mean - s.latency.ttft_ms.mean == pytest.approx(itl_sum)
 
 
 def test_multi_token_chunks_spread_their_gap_per_token_while_icl_keeps_the_raw_gap() -> None:
     s = summarize([record(0.0, [0.1, 0.2, 0.3], [1, 4, 4])])
-    assert s.itl_ms.p50 == pytest.approx(25.0) and s.itl_ms.p99 == pytest.approx(25.0)
-    assert s.icl_ms.p50 == pytest.approx(100.0)
-    assert s.tpot_ms.p50 == pytest.approx(200 / 8)
-    assert s.mean_output_tokens == 9
+    assert s.latency.itl_ms.p50 == pytest.approx(25.0) and s.latency.itl_ms.p99 == pytest.approx(25.0)
+    assert s.latency.icl_ms.p50 == pytest.approx(100.0)
+    assert s.latency.tpot_ms.p50 == pytest.approx(200 / 8)
+    assert s.tokens.mean_output_tokens == 9
 
 
 def test_closed_loop_steady_window_runs_from_all_users_active_to_first_user_done() -> None:
@@ -60,11 +63,12 @@ def test_closed_loop_steady_window_runs_from_all_users_active_to_first_user_done
         record(0.5, [0.1, 1.0], user=1), record(1.5, [0.1, 1.5], user=1),
     ]
     s = summarize(records)
-    assert s.window_s == pytest.approx(1.5) and s.is_steady_window
+    assert s.throughput.window_s == pytest.approx(1.5) and s.throughput.is_steady_window
     # tokens arriving in [0.5, 2.0]: 1.0, 1.1, 2.0 (user 0) and 0.6, 1.5, 1.6 (user 1)
-    assert s.output_tokens_per_s == pytest.approx(6 / 1.5)
-    assert s.request_per_s == pytest.approx(3 / 1.5)  # ends at 1.0 and 2.0 (user 0), 1.5 (user 1); 3.0 is out
-    assert s.mean_in_flight == pytest.approx(2.0)
+    assert s.throughput.output_tokens_per_s == pytest.approx(6 / 1.5)
+    # ends at 1.0 and 2.0 (user 0), 1.5 (user 1); 3.0 is out
+    assert s.throughput.request_per_s == pytest.approx(3 / 1.5)
+    assert s.throughput.mean_in_flight == pytest.approx(2.0)
 
 
 def test_failures_are_excluded_from_throughput_and_count_against_attainment() -> None:
@@ -72,11 +76,11 @@ def test_failures_are_excluded_from_throughput_and_count_against_attainment() ->
     bad = record(0.0, [], ok=False, error_kind="http_error", user=1)
     bad.end_s = 0.05
     s = summarize([*good, bad])
-    assert (s.num_ok, s.num_failed) == (2, 1)
-    assert s.failure_rate == pytest.approx(1 / 3)
-    assert s.failures_by_kind == {"http_error": 1}
-    assert s.slo_attainment == pytest.approx(2 / 3)
-    assert s.run_output_tokens_per_s == pytest.approx(4 / 0.4)
+    assert (s.requests.num_ok, s.requests.num_failed) == (2, 1)
+    assert s.requests.failure_rate == pytest.approx(1 / 3)
+    assert s.requests.failures_by_kind == {"http_error": 1}
+    assert s.throughput.slo_attainment == pytest.approx(2 / 3)
+    assert s.throughput.run_output_tokens_per_s == pytest.approx(4 / 0.4)
 
 
 def test_goodput_counts_only_requests_meeting_every_slo() -> None:
@@ -87,9 +91,9 @@ def test_goodput_counts_only_requests_meeting_every_slo() -> None:
         record(0.55, [0.1, 0.5]),           # tpot 400: misses
     ]
     s = summarize(records, slo)
-    assert s.slo_attainment == pytest.approx(1 / 3)
-    assert s.request_per_s == pytest.approx(3 / 1.05)
-    assert s.goodput_request_per_s == pytest.approx(1 / 1.05)
+    assert s.throughput.slo_attainment == pytest.approx(1 / 3)
+    assert s.throughput.request_per_s == pytest.approx(3 / 1.05)
+    assert s.throughput.goodput_request_per_s == pytest.approx(1 / 1.05)
 
 
 def test_open_loop_latencies_from_schedule_include_the_clients_lateness() -> None:
@@ -97,9 +101,9 @@ def test_open_loop_latencies_from_schedule_include_the_clients_lateness() -> Non
     on_time = record(1.0, [0.1, 0.2], scheduled_s=1.0)
     s = summarize([late, on_time])
     assert s.kind == "rate"
-    assert s.ttft_ms.p50 == pytest.approx(100)
-    assert s.ttft_from_schedule_ms.mean == pytest.approx((600 + 100) / 2)
-    assert s.schedule_lag_ms.mean == pytest.approx(250)
+    assert s.latency.ttft_ms.p50 == pytest.approx(100)
+    assert s.latency.ttft_from_schedule_ms.mean == pytest.approx((600 + 100) / 2)
+    assert s.latency.schedule_lag_ms.mean == pytest.approx(250)
 
 
 def test_a_client_that_fell_behind_marks_the_level_invalid() -> None:
@@ -127,17 +131,18 @@ def test_summary_flattens_to_one_row_with_stat_columns() -> None:
 
 def test_warmup_records_are_left_out() -> None:
     warm = record(0.0, [5.0, 6.0], is_warmup=True)
-    assert summarize([*GOLDEN, warm]).num_requests == 3
+    assert summarize([*GOLDEN, warm]).requests.num_requests == 3
 
 
 def test_a_single_chunk_answer_has_a_ttft_and_no_itl() -> None:
     s = summarize([record(0.0, [0.2], [5])])
-    assert s.ttft_ms.p50 == pytest.approx(200) and s.itl_ms.p50 is None
-    assert s.tpot_ms.p50 == pytest.approx(0.0)
+    assert s.latency.ttft_ms.p50 == pytest.approx(200) and s.latency.itl_ms.p50 is None
+    assert s.latency.tpot_ms.p50 == pytest.approx(0.0)
 
 
 def test_a_level_where_every_request_failed_still_summarizes() -> None:
     failed = [record(0.0, [], ok=False, error_kind="no_tokens", user=u) for u in range(3)]
     s = summarize(failed)
-    assert (s.num_ok, s.failure_rate, s.output_tokens_per_s, s.slo_attainment) == (0, 1.0, 0.0, 0.0)
-    assert s.ttft_ms.p50 is None
+    assert (s.requests.num_ok, s.requests.failure_rate) == (0, 1.0)
+    assert (s.throughput.output_tokens_per_s, s.throughput.slo_attainment) == (0.0, 0.0)
+    assert s.latency.ttft_ms.p50 is None

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loadgen.types import Distribution, LevelSummary
+from loadgen.types import Distribution, Latency, LevelSummary, RequestCounts, Throughput, Tokens
 from reports.provider import throttle_statement
 
 
 def level(target: float, throttle_rate: float, accepted: float) -> LevelSummary:
     return LevelSummary(
-        engine="provider", level=f"r{target:g}", kind="rate", target=target, num_requests=100, num_ok=100,
-        num_failed=0, failure_rate=0.0, failures_by_kind={}, window_s=10.0, is_steady_window=True,
-        request_per_s=accepted, output_tokens_per_s=accepted * 64, total_tokens_per_s=accepted * 128,
-        run_request_per_s=accepted, run_output_tokens_per_s=accepted * 64, goodput_request_per_s=accepted,
-        slo_attainment=1.0, mean_input_tokens=64, mean_output_tokens=64, mean_in_flight=1.0,
-        ttft_ms=Distribution(), itl_ms=Distribution(), icl_ms=Distribution(), tpot_ms=Distribution(),
-        e2e_ms=Distribution(), num_throttled=round(throttle_rate * 100), throttle_rate=throttle_rate)
+        engine="provider", level=f"r{target:g}", kind="rate", target=target,
+        requests=RequestCounts(num_requests=100, num_ok=100, num_failed=0, failure_rate=0.0, failures_by_kind={},
+                               num_throttled=round(throttle_rate * 100), throttle_rate=throttle_rate),
+        throughput=Throughput(window_s=10.0, is_steady_window=True, request_per_s=accepted,
+                              output_tokens_per_s=accepted * 64, total_tokens_per_s=accepted * 128,
+                              run_request_per_s=accepted, run_output_tokens_per_s=accepted * 64,
+                              goodput_request_per_s=accepted, slo_attainment=1.0, mean_in_flight=1.0),
+        latency=Latency(ttft_ms=Distribution(), itl_ms=Distribution(), icl_ms=Distribution(), tpot_ms=Distribution(),
+                        e2e_ms=Distribution()),
+        tokens=Tokens(mean_input_tokens=64, mean_output_tokens=64))
 
 
 def test_the_limit_is_stated_between_the_last_clean_level_and_the_throttled_ones() -> None:

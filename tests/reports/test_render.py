@@ -42,9 +42,9 @@ def test_report_of_a_real_sweep_puts_the_verdict_first_and_every_figure_in_json(
     # Every level's cost is the formula applied to the run's own summary: P / (3600 * X_out / OSL).
     price = data["inputs"]["assumptions"]["gpu_usd_per_hour"]
     for level, summary in zip(data["engines"][0]["levels"], summarize_run(complete_run), strict=True):
-        r = summary.output_tokens_per_s / summary.mean_output_tokens
+        r = summary.throughput.output_tokens_per_s / summary.tokens.mean_output_tokens
         assert level["cost"]["usd_per_request"] == pytest.approx(price / (3600 * r))
-        per_m_output = price * 1e6 / (3600 * summary.output_tokens_per_s)
+        per_m_output = price * 1e6 / (3600 * summary.throughput.output_tokens_per_s)
         assert level["cost"]["usd_per_m_output_tokens"] == pytest.approx(per_m_output)
     assert {p["name"] for p in data["plots"]} == set(PLOTS) - {"power"}  # no GPU was read on this machine
     assert all((tmp_path / p["file"]).is_file() for p in data["plots"])

@@ -24,7 +24,7 @@ from bench.report_plan import NO_GPU, catalog_gpu, memory_plan
 from bench.rundir import Run
 from bench.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
 from engines.engine_file import EngineFile
-from loadgen.types import Distribution, GpuView, LevelSummary, ServerView
+from loadgen.types import Distribution, GpuView, Latency, LevelSummary, RequestCounts, ServerView, Throughput, Tokens
 from tests.gpu.conftest import STANDIN
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
@@ -32,32 +32,15 @@ H100_NAME = "NVIDIA H100 80GB HBM3"
 
 def level(label: str, in_flight: float, output_tokens_per_s: float) -> LevelSummary:
     return LevelSummary(
-        engine="reference",
-        level=label,
-        kind="concurrency",
-        target=8,
-        num_requests=100,
-        num_ok=100,
-        num_failed=0,
-        failure_rate=0.0,
-        failures_by_kind={},
-        window_s=10.0,
-        is_steady_window=True,
-        request_per_s=1.0,
-        output_tokens_per_s=output_tokens_per_s,
-        total_tokens_per_s=output_tokens_per_s,
-        run_request_per_s=1.0,
-        run_output_tokens_per_s=output_tokens_per_s,
-        goodput_request_per_s=1.0,
-        slo_attainment=1.0,
-        mean_input_tokens=1000,
-        mean_output_tokens=24,
-        mean_in_flight=in_flight,
-        ttft_ms=Distribution(),
-        itl_ms=Distribution(),
-        icl_ms=Distribution(),
-        tpot_ms=Distribution(),
-        e2e_ms=Distribution(),
+        engine="reference", level=label, kind="concurrency", target=8,
+        requests=RequestCounts(num_requests=100, num_ok=100, num_failed=0, failure_rate=0.0, failures_by_kind={}),
+        throughput=Throughput(window_s=10.0, is_steady_window=True, request_per_s=1.0,
+                              output_tokens_per_s=output_tokens_per_s, total_tokens_per_s=output_tokens_per_s,
+                              run_request_per_s=1.0, run_output_tokens_per_s=output_tokens_per_s,
+                              goodput_request_per_s=1.0, slo_attainment=1.0, mean_in_flight=in_flight),
+        latency=Latency(ttft_ms=Distribution(), itl_ms=Distribution(), icl_ms=Distribution(), tpot_ms=Distribution(),
+                        e2e_ms=Distribution()),
+        tokens=Tokens(mean_input_tokens=1000, mean_output_tokens=24),
     )
 
 
