@@ -32,6 +32,7 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
         slo_attainment=carried.slo_attainment, ttft_p95_ms=latency.ttft_ms.p95, tpot_p95_ms=latency.tpot_ms.p95,
         e2e_p95_ms=latency.e2e_ms.p95, ttfvt_p95_ms=latency.ttfvt_ms.p95, mean_input_tokens=mean_input_tokens,
         mean_output_tokens=mean_output_tokens, num_ok=summary.requests.num_ok, is_valid=summary.is_valid,
+        why_invalid=_why_invalid(summary),
         summary_request_per_s=carried.request_per_s,
         kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
     )
@@ -64,7 +65,15 @@ def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) 
         num_ok=sum(repeat.num_ok for repeat in repeats), is_valid=all(repeat.is_valid for repeat in repeats),
         summary_request_per_s=mean([repeat.summary_request_per_s for repeat in repeats]),
         request_per_s_range=(max(0.0, rates.low), rates.high), num_repeats=len(repeats), kind=repeats[0].kind,
+        why_invalid=next((repeat.why_invalid for repeat in repeats if not repeat.is_valid), repeats[0].why_invalid),
     )
+
+
+def _why_invalid(summary: LevelSummary) -> str:
+    """An invalid level's reasons in a few words: it was cut short, or the client fell behind (every other
+    reason the summary gives is the client's: its loop, its CPU, the concurrency it held, a starved worker)."""
+    cut = any(reason.startswith("cut short") for reason in summary.invalid_reasons)
+    return "it was cut short before its end" if cut else "the client fell behind"
 
 
 def measured_levels(summaries: Sequence[LevelSummary]) -> tuple[MeasuredLevel, ...]:

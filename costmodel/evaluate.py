@@ -136,11 +136,11 @@ def _no_point_reason(level_costs: tuple[LevelCost, ...]) -> str:
 
 def _warnings(engine: EngineLevels, point: OperatingPoint | None, pricing: ResolvedPricing,
               mean_input_tokens: float, mean_output_tokens: float) -> list[str]:
-    """What the measurements leave doubtful: levels where the client fell behind, an SLO that held at the
+    """What the measurements leave doubtful: levels that are not valid measurements, an SLO that held at the
     highest load measured, a workload of another input share than the traffic's, a level too short to count
     its requests."""
-    warnings = [f"{engine.engine} {level.label}: the client fell behind; the level is not used for the operating "
-                "point" for level in engine.levels if not level.is_valid]
+    warnings = [f"{engine.engine} {level.label}: {level.why_invalid}; the level is not used for the operating point"
+                for level in engine.levels if not level.is_valid]
     if point is not None and point.next_failing is None and point.kind != "given" and engine.capacity is None:
         warnings.append(f"{engine.engine}: the SLO held at the highest measured level ({point.level}); its "
                         "capacity may be higher, so the self-hosted cost may be lower: measure more load "

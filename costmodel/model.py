@@ -58,7 +58,7 @@ def slo_problems(level: MeasuredLevel, slo: LatencyLimits, attainment_target: fl
     """Why a level does not qualify as an operating point; empty when it does."""
     problems = []
     if not level.is_valid:
-        problems.append("the client fell behind (level invalid)")
+        problems.append(f"{level.why_invalid} (level invalid)")
     if level.num_ok == 0 or level.request_per_s <= 0:
         problems.append("no request completed")
     if level.slo_attainment < attainment_target:
@@ -124,7 +124,7 @@ def operating_point(levels: Sequence[MeasuredLevel], slo: LatencyLimits,
     if above is None:
         limited_by = "the highest measured level (capacity may be higher: measure more load)"
     elif not above.is_valid:
-        limited_by = f"{above.label} above it is invalid (the client fell behind)"
+        limited_by = f"{above.label} above it is invalid ({above.why_invalid})"
     else:
         limited_by = f"{above.label} above it: " + "; ".join(slo_problems(above, slo, attainment_target))
     return at_level(level, above.label if above else None, limited_by)

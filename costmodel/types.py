@@ -68,6 +68,8 @@ class MeasuredLevel:
     num_repeats: int = 1
     ttfvt_p95_ms: float | None = None  # to the first visible token (a reasoning model's reasoning before it)
     power_w_per_gpu: float | None = None  # the GPUs' mean draw at this level, where they were read
+    # Why an invalid level is not a measurement of its load, in a few words (the level's own reasons are longer).
+    why_invalid: str = field(default="the client fell behind", metadata=NOT_IN_FILES)
     # Filled where the level is built (a run's summary, a throughput typed in); its label is only its name.
     kind: LevelKind = "concurrency"
 

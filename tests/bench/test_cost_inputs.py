@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from bench.costinputs import level_from_summary, measured_levels, repeated_level
+from costmodel.model import slo_problems
+from costmodel.types import LatencyLimits
 from loadgen.types import Distribution, Latency, LevelSummary, RequestCounts, Throughput, Tokens
 
 
@@ -42,3 +44,15 @@ def test_repeats_folded_into_one_level_keep_its_kind_whatever_its_label() -> Non
 def test_a_summary_of_a_kind_the_cost_model_does_not_know_is_refused() -> None:
     with pytest.raises(ValueError, match="kind must be one of"):
         level_from_summary(summary("c4", "closed"))
+
+
+def test_an_invalid_level_says_why_in_the_cost_model_s_words() -> None:
+    """A level cut short is not said to be one where the client fell behind; every other reason is the client's."""
+    cut = replace(summary("c4", "concurrency"), is_valid=False,
+                  invalid_reasons=["cut short before its end (the sweep was stopped, or a client worker died): ..."])
+    behind = replace(summary("c8", "concurrency"), is_valid=False,
+                     invalid_reasons=["client event loop lagged 36.2 ms at p99"])
+    assert level_from_summary(cut).why_invalid == "it was cut short before its end"
+    assert level_from_summary(behind).why_invalid == "the client fell behind"
+    problems = slo_problems(level_from_summary(cut), LatencyLimits(), 0.95)
+    assert problems[0] == "it was cut short before its end (level invalid)"
