@@ -1,3 +1,3 @@
-from bench.cli import app
+from bench.commands.cli import app
 
 app(prog_name="bench")

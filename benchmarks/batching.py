@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.scenario import Scenario
-from bench.sweep import SweepPlan, run_sweep
+from bench.flows.sweep import SweepPlan, run_sweep
+from bench.inputs.scenario import Scenario
 from engines.engine_file import EngineFile
 from engines.registry import make_launcher
 from loadgen.types import LevelSummary

@@ -17,7 +17,7 @@ import time
 
 HEAVY = ("torch", "matplotlib", "pandas", "numpy", "jinja2", "aiohttp")
 IMPORTS = ("import sys; sys.argv = ['bench', *sys.argv[1:]]\n"
-           "from bench.cli import app\n"
+           "from bench.commands.cli import app\n"
            "try:\n    app()\nexcept SystemExit:\n    pass\n"
            f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)\n")
 

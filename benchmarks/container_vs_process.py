@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/podman.py
 
-from bench.scenario import Scenario  # noqa: E402
-from bench.sweep import SweepPlan, run_sweep  # noqa: E402
+from bench.flows.sweep import SweepPlan, run_sweep  # noqa: E402
+from bench.inputs.scenario import Scenario  # noqa: E402
 from engines.engine_file import EngineFile  # noqa: E402
 from engines.registry import make_launcher  # noqa: E402
 from loadgen.metrics import LevelSummary  # noqa: E402

@@ -3,7 +3,7 @@ its peak memory and time, and its figures against another revision's summarizer 
 
 Writes `--records` records of `--tokens` tokens each (one level of 256 users, streamed at 20 ms a token,
 some throttled and retried, some failed) into a run directory, then, each in a fresh process:
-  - this checkout's `bench.rundir.summarize_run` (columns read a row at a time);
+  - this checkout's `bench.run.rundir.summarize_run` (columns read a row at a time);
   - with `--against REV`, the summarizer of that git revision (`loadgen/metrics.py` as it was there, fed
     the records as that revision read them), and every figure of the two summaries compared.
 
@@ -61,7 +61,7 @@ import json, sys, time
 from pathlib import Path
 from dataclasses import asdict
 start = time.perf_counter()
-from bench.rundir import summarize_run
+from bench.run.rundir import summarize_run
 summaries = summarize_run(Path(sys.argv[1]))
 seconds = time.perf_counter() - start
 import resource

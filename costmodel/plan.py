@@ -3,7 +3,7 @@
 From a model's shape, a GPU, a weights dtype, a tensor-parallel size and a context length: the weight bytes,
 the KV bytes per token, how many full-context sequences the KV cache holds, and the memory-bound floor of one
 decode step at each batch size (hence a ceiling on output tokens/s). Pure: the records it starts from are
-`costmodel.plan_shapes`', reading a model file into one is `bench.model_shape`'s job, and it knows no engine.
+`costmodel.plan_shapes`', reading a model file into one is `bench.inputs.model_shape`'s job, and it knows no engine.
 The KV cache is sized as vLLM sizes it: a share of the GPU's memory (`memory_fraction`, its
 gpu-memory-utilization) less the weights.
 """

@@ -1,6 +1,6 @@
 """What a plan is about: a Llama-shaped model's shape, a GPU's memory and bandwidth, and the dtypes' sizes.
 
-Pure records and the checks on them; `costmodel.plan` does the arithmetic, `bench.model_shape` reads model files
+Pure records and the checks on them; `costmodel.plan` does the arithmetic, `bench.inputs.model_shape` reads model files
 into a `ModelShape`. The GPU figures come from the shipped catalog (`costmodel.hardware`) or from the user.
 """
 

@@ -1,6 +1,6 @@
 """What a report is made from: the decision, and each run as far as a reader needs it.
 
-`bench.report` fills these from run directories and the cost model; a report only lays them out, so it
+`bench.flows.report` fills these from run directories and the cost model; a report only lays them out, so it
 reads no file and computes no figure of its own.
 """
 
@@ -47,7 +47,7 @@ class ReportRun:
     ui: dict[str, Any] | None = None  # measured through a UI in front (run.json's engine.details.ui)
     ui_screenshot: bytes | None = None  # the UI's page answering, as a browser saw it (PNG)
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report
-    # The memory plan beside the measurements (bench.report_plan): figures, units in keys; or {"why_not": ...}
+    # The memory plan beside the measurements (bench.flows.report_plan): figures, units in keys; or {"why_not": ...}
     plan: dict[str, Any] | None = None
 
 

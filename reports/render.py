@@ -1,7 +1,7 @@
 """A report's files from its input: report.html (self-contained: plots embedded, opens from disk), report.md,
 report.json (every figure) and plots/*.png.
 
-    write_report(report_input, out)   what `bench report` and a finished sweep call (through bench.report)
+    write_report(report_input, out)   what `bench report` and a finished sweep call (through bench.flows.report)
 
 The verdict comes first, for someone with ten seconds; then the plots, the tables, the method, the caveats
 and where every number came from. Nothing here reads a run directory or computes a cost.

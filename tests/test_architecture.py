@@ -92,7 +92,7 @@ def test_the_run_record_is_typed_through() -> None:
     import dataclasses
     import typing
 
-    from bench import runinfo
+    from bench.run import runinfo
 
     def open_fields(cls: type) -> list[str]:
         hints = typing.get_type_hints(cls, vars(runinfo))

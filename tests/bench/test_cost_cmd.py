@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 import costmodel.decide
-from bench.cli import app
-from bench.report_cmd import GpuPricing
+from bench.commands.cli import app
+from bench.commands.report_cmd import GpuPricing
 from costmodel.inputs import PricingKind
 
 RUNNER = CliRunner()

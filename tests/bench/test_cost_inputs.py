@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.costinputs import level_from_summary, measured_levels, repeated_level
+from bench.flows.costinputs import level_from_summary, measured_levels, repeated_level
 from costmodel.model import slo_problems
 from costmodel.types import LatencyLimits
 from loadgen.types import Distribution, Latency, LevelSummary, RequestCounts, Throughput, Tokens

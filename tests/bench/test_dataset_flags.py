@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.flags import MeasureFlags
-from bench.options import LoadOverrides, build_scenario
-from bench.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
-from bench.sweep import plan_levels
+from bench.commands.flags import MeasureFlags
+from bench.flows.sweep import plan_levels
+from bench.inputs.options import LoadOverrides, build_scenario
+from bench.inputs.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
 
 DATA = Path(__file__).resolve().parents[2] / "scenarios" / "data"
 
@@ -85,8 +85,8 @@ def test_a_dataset_beside_synthetic_conversations_is_refused(tmp_path) -> None:
 
 
 def test_the_report_states_a_synthetic_workload_by_its_lengths_and_a_replayed_one_by_its_dataset() -> None:
-    from bench.report import _workload_text
-    from bench.runinfo import RunInfo
+    from bench.flows.report import _workload_text
+    from bench.run.runinfo import RunInfo
     from loadgen.types import DatasetInfo, Distribution
 
     chat = load_scenario("chat")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.display import _note
+from bench.commands.display import _note
 from loadgen.metrics import summarize
 from loadgen.types import RequestRecord
 

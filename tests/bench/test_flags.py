@@ -11,8 +11,8 @@ import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.flags import MeasureFlags, measure_command
+from bench.commands.cli import app
+from bench.commands.flags import MeasureFlags, measure_command
 
 
 def _options(command: str) -> dict[str | None, typer.core.TyperOption]:

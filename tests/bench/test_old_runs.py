@@ -8,9 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.report import render_report
-from bench.rundir import read_run, write_summaries
-from bench.scenario import DecisionSettings
+from bench.flows.report import render_report
+from bench.inputs.scenario import DecisionSettings
+from bench.run.rundir import read_run, write_summaries
 
 OLD_RUN = Path(__file__).parent / "data" / "run-eab334d"
 SETTINGS = DecisionSettings.model_validate({"pricing": {"gpu": "h100-sxm", "providers": ["together/llama-3.1-8b"]},

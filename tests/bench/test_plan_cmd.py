@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import costmodel.plan
-from bench.cli import app
-from bench.model_shape import model_shape
+from bench.commands.cli import app
+from bench.inputs.model_shape import model_shape
 from costmodel.plan import PlanInputs, plan_memory
 from costmodel.plan_shapes import GpuShape, PlanError, resolve_gpu
 

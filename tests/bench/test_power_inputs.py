@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.costinputs import power_per_gpu, with_power
+from bench.flows.costinputs import power_per_gpu, with_power
 from costmodel.types import MeasuredLevel
 from loadgen.types import GpuView
 

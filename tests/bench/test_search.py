@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.search import CapacitySearch, Probe, SearchResult, SearchSettings
+from bench.flows.search import CapacitySearch, Probe, SearchResult, SearchSettings
 
 Oracle = Callable[[float], Probe]
 

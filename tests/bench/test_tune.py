@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tune import (
+from bench.flows.tune import (
     ConfigResult,
     TuneConfig,
     TuneError,
@@ -137,7 +137,7 @@ def test_a_tune_of_the_reference_engine_resumes_after_an_interrupt_and_marks_the
 
 
 def test_the_latency_objective_reads_ttft_at_the_lowest_load_whatever_the_order(tmp_path: Path) -> None:
-    from bench.tune import TuneEntry, config_result
+    from bench.flows.tune import TuneEntry, config_result
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

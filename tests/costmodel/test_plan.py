@@ -165,7 +165,7 @@ def test_the_reference_engines_kv_capacity_for_a_budget_is_the_plans_within_one_
     the blocks the engine allocates differ by less than one block."""
     import torch
 
-    from bench.model_shape import model_shape
+    from bench.inputs.model_shape import model_shape
     from engines.reference.core import memory
     from engines.reference.core.config import EngineConfig
     from engines.reference.loading.weights import resolve_model

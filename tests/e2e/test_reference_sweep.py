@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.rundir import read_run
+from bench.run.rundir import read_run
 from tests.bench.test_cli import BENCH, bench, only_run_dir
 from tests.servers import is_running
 

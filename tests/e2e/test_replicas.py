@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bench.rundir import read_run
+from bench.run.rundir import read_run
 from tests.bench.test_cli import bench, only_run_dir
 from tests.servers import is_running
 

@@ -236,7 +236,7 @@ def wait_for_measured(out: Path, at_least: int, timeout_s: float = 60) -> None:
 def test_ray_without_ray_installed_is_a_bad_flag_with_the_install_command(scripted, tmp_path) -> None:
     """What a user whose environment has no ray meets (ray made unimportable, whatever this one holds)."""
     without_ray = [sys.executable, "-c", "import sys; sys.modules['ray'] = None; sys.argv[0] = 'bench'; "
-                   "from bench.cli import app; app()"]
+                   "from bench.commands.cli import app; app()"]
     result = subprocess.run([*without_ray, *sweep_args(scripted, tmp_path, "--requests", "1", "--ray", "auto")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr

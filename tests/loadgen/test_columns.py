@@ -9,7 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import orjson
 
-from bench.rundir import summarize_run
+from bench.run.rundir import summarize_run
 from loadgen.columns import columns_by_level, columns_of
 from loadgen.metrics import summarize, summarize_columns
 from loadgen.types import SLO, RequestRecord

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from bench.report import render_report
+from bench.flows.report import render_report
 from tests.reports.browser import check_page, find_chromium
 
 pytestmark = pytest.mark.skipif(find_chromium() is None, reason="needs chromium (apt-get install chromium)")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import render_report
-from bench.scenario import ScenarioError, load_scenario, parse_scenario
+from bench.flows.report import render_report
+from bench.inputs.scenario import ScenarioError, load_scenario, parse_scenario
 
 TODAY = date(2026, 12, 1)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from bench.report import ReportError, render_report, render_run_report, settings_from_run
-from bench.rundir import summarize_run
-from bench.scenario import DecisionSettings, load_scenario
+from bench.flows.report import ReportError, render_report, render_run_report, settings_from_run
+from bench.inputs.scenario import DecisionSettings, load_scenario
+from bench.run.rundir import summarize_run
 from reports.plots import PLOTS
 
 TODAY = date(2026, 12, 1)

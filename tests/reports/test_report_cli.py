@@ -76,7 +76,7 @@ def test_a_directory_that_is_not_a_run_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", [["--help"], ["sweep", "--help"], ["report", "--help"]])
 def test_help_imports_no_heavy_module(command: list[str]) -> None:
     """`bench --help` answers at once because it imports nothing heavy (its time: benchmarks/cli_startup.py)."""
-    code = ("import sys; sys.argv = ['bench', *sys.argv[1:]]\nfrom bench.cli import app\n"
+    code = ("import sys; sys.argv = ['bench', *sys.argv[1:]]\nfrom bench.commands.cli import app\n"
             "try:\n    app()\nexcept SystemExit:\n    pass\n"
             "print([m for m in ('torch', 'matplotlib', 'pandas', 'numpy', 'jinja2') if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=30)

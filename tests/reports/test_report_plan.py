@@ -1,4 +1,4 @@
-"""The memory plan beside a run's measurements (bench.report_plan), worked by hand, and in a real report.
+"""The memory plan beside a run's measurements (bench.flows.report_plan), worked by hand, and in a real report.
 
 dummy:llama-3.1-8b on one H100 SXM (80 GB, 3.35 TB/s) at 0.9, bf16 (the figures of tests/costmodel/test_plan.py):
 weights 16,060,522,496 bytes, KV 131,072 bytes per token, 426,784 KV tokens fit. A level with 1,000 input and 24
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from bench.report_plan import NO_GPU, catalog_gpu, memory_plan
-from bench.rundir import Run
-from bench.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
+from bench.flows.report_plan import NO_GPU, catalog_gpu, memory_plan
+from bench.run.rundir import Run
+from bench.run.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
 from engines.engine_file import EngineFile
 from loadgen.types import Distribution, GpuView, Latency, LevelSummary, RequestCounts, ServerView, Throughput, Tokens
 from tests.gpu.conftest import STANDIN

@@ -17,8 +17,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import rundir
-from bench.costinputs import (
+from bench.flows.costinputs import (
     latency_limits,
     measured_cache_hit_rate,
     measured_levels,
@@ -27,10 +26,11 @@ from bench.costinputs import (
     token_usage,
     with_power,
 )
-from bench.report_plan import memory_plan
-from bench.rundir import Run
-from bench.runinfo import RunInfo
-from bench.scenario import DecisionSettings
+from bench.flows.report_plan import memory_plan
+from bench.inputs.scenario import DecisionSettings
+from bench.run import rundir
+from bench.run.rundir import Run
+from bench.run.runinfo import RunInfo
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide

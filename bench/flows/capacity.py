@@ -1,7 +1,7 @@
 """`bench capacity`: the highest load one replica carries within the SLO, found by probing, and its trail.
 
 Every probe is a full level of the run (warm-up, steady window, the client's check on itself), chosen by
-`bench.search` from the probes before it and judged by the cost model's own rule (`bench.costinputs`). With
+`bench.flows.search` from the probes before it and judged by the cost model's own rule (`bench.flows.costinputs`). With
 `repeats`, the whole search runs again (its probes labelled `c8#2`, ...), and the capacity is given as the
 mean of the repeats with its 95 % interval.
 
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.costinputs import slo_margin, slo_problems_of
-from bench.search import CapacitySearch, Probe, SearchResult, SearchSettings
+from bench.flows.costinputs import slo_margin, slo_problems_of
+from bench.flows.search import CapacitySearch, Probe, SearchResult, SearchSettings
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.rundir import Run, RunDirError, read_run
+from bench.run.rundir import Run, RunDirError, read_run
 from common.validation import parse_yaml_mapping
 from loadgen.metrics import MAX_OUTSIDE_CORES
 

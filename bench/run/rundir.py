@@ -8,7 +8,7 @@
                          client workers: each worker's check, clock offset and start-up)
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
         repeats.json     with --repeats: each level's headline figures as mean, 95 % interval and values
-        capacity.json    a capacity search's answer and every probe (bench.capacity)
+        capacity.json    a capacity search's answer and every probe (bench.flows.capacity)
         telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
         engine.log       the engine's output, when the toolkit launched it
         workers.log      local client workers' own output (--workers), when there was any
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from bench.capacity import read_capacity
-from bench.runinfo import RunInfo
+from bench.flows.capacity import read_capacity
+from bench.run.runinfo import RunInfo
 from loadgen.columns import columns_by_level
 from loadgen.metrics import cut_short, summarize_columns
 from loadgen.network import ConnectProbe

@@ -5,7 +5,7 @@
     bench tune --resume runs/tune-20261201T170000Z-reference
 
 Each configuration is a sweep of its own (its run directory, its report) inside the tune folder; the
-tune's table, chart and report are written when the last one ends (`bench.tune`, `reports.tune_report`).
+tune's table, chart and report are written when the last one ends (`bench.flows.tune`, `reports.tune_report`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bench import stopping
-from bench.console import console, errors, fail, warn
-from bench.flags import MeasureFlags
+from bench.commands import stopping
+from bench.commands.console import console, errors, fail, warn
+from bench.commands.flags import MeasureFlags
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
-    from bench.options import LoadOverrides
-    from bench.tune import ConfigResult, Tune, TuneEntry
+    from bench.flows.tune import ConfigResult, Tune, TuneEntry
+    from bench.inputs.options import LoadOverrides
 
 
 def tune(
@@ -44,8 +44,8 @@ def tune(
     """Try an engine's configurations (the default, then each of a grid or a file): capacity under the SLO,
     throughput and cost for each, the best marked, and the Pareto front of per-user speed and throughput."""
     stopping.install()
-    from bench.options import LoadOverrides
-    from bench.tune import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
+    from bench.flows.tune import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
+    from bench.inputs.options import LoadOverrides
 
     try:
         if flags.resume:
@@ -95,7 +95,7 @@ def tune(
 
 def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides) -> bool:
     """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json."""
-    from bench import measure
+    from bench.flows import measure
 
     console.rule(f"{entry.config.name}", style="dim")
     before = set(plan.folder.iterdir())
@@ -159,7 +159,7 @@ def _settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, 
 
 def _report(name: str, run_dir: Path) -> None:
     """The configuration's run report, which the tune reads its figures from."""
-    from bench.report import render_run_report
+    from bench.flows.report import render_run_report
 
     try:
         render_run_report(run_dir)
@@ -181,8 +181,8 @@ def _new_run_dir(folder: Path, before: set[Path]) -> str | None:
 
 def _finish(plan: Tune) -> None:
     """The table, the chart and the tune report, from every configuration measured so far."""
-    from bench.display import tune_table
-    from bench.tune import best, config_result, pareto_front
+    from bench.commands.display import tune_table
+    from bench.flows.tune import best, config_result, pareto_front
     from reports.tune_report import write_tune_report
 
     results = [config_result(plan.folder, e) for e in plan.entries]
@@ -210,8 +210,8 @@ def _decision_report(plan: Tune, chosen: ConfigResult, run_dir: str, num_tried: 
                      default: ConfigResult | None) -> Path | str:
     """The decision report of the best configuration (its run in `run_dir`), in the tune folder, saying how it
     was chosen."""
-    from bench.report import render_report
-    from bench.tune import objective_figure
+    from bench.flows.report import render_report
+    from bench.flows.tune import objective_figure
 
     mine = objective_figure(chosen, plan.objective)
     theirs = objective_figure(default, plan.objective) if default is not None else None

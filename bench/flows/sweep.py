@@ -4,8 +4,8 @@
     records on disk -> summary after every level (so an interrupted run keeps its summary too)
 
 Which levels run is the driver's business: `FixedLevels` for a sweep (the planned levels, `repeats` times,
-in rounds, so drift shows as spread) or `bench.capacity.CapacityDriver` for a capacity search (each next
-load chosen from the probes before it). A resumed run (`bench.resume`) starts from what its directory holds.
+in rounds, so drift shows as spread) or `bench.flows.capacity.CapacityDriver` for a capacity search (each next
+load chosen from the probes before it). A resumed run (`bench.run.resume`) starts from what its directory holds.
 
 All requests of a run come from one seeded stream, so no prompt is sent twice (a prefix cache can't
 flatter a later level) and two engines swept with the same scenario get the same prompts in order. A
@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from bench import rundir
-from bench.capacity import CapacityDriver, CapacityPlan
-from bench.hardware import describe_host
-from bench.resume import Resume, skip_sent
-from bench.rundir import Run
-from bench.runinfo import (
+from bench.flows.capacity import CapacityDriver, CapacityPlan
+from bench.inputs.hardware import describe_host
+from bench.inputs.scenario import LoadSettings, Scenario
+from bench.run import rundir
+from bench.run.resume import Resume, skip_sent
+from bench.run.rundir import Run
+from bench.run.runinfo import (
     ClientRecord,
     EndpointRecord,
     EngineRecord,
@@ -45,7 +46,6 @@ from bench.runinfo import (
     TelemetryRecord,
     ToolRecord,
 )
-from bench.scenario import LoadSettings, Scenario
 from engines.endpoint import context_length, read_api_key
 from engines.engine_file import EngineFile
 from engines.launch import EngineGone, still_answering

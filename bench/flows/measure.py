@@ -16,14 +16,14 @@ from typing import Any
 
 from rich.markup import escape
 
-from bench import rundir
-from bench.capacity import CapacityPlan
-from bench.console import console, errors
-from bench.flags import MeasureFlags
-from bench.options import LoadOverrides, build_scenario
-from bench.resume import Resume, ResumeError, open_run, prepare
-from bench.scenario import Scenario
-from bench.sweep import SweepPlan, SweepResult, run_sweep
+from bench.commands.console import console, errors
+from bench.commands.flags import MeasureFlags
+from bench.flows.capacity import CapacityPlan
+from bench.flows.sweep import SweepPlan, SweepResult, run_sweep
+from bench.inputs.options import LoadOverrides, build_scenario
+from bench.inputs.scenario import Scenario
+from bench.run import rundir
+from bench.run.resume import Resume, ResumeError, open_run, prepare
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
@@ -152,7 +152,7 @@ def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, ot
 def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambda job: None) -> Outcome:
     """Each job in turn; an engine that fails to start or stops answering is named and the rest go on.
     Ctrl-C (or SIGTERM, SIGHUP) ends them all: KeyboardInterrupt is the caller's."""
-    from bench.display import RichSweepProgress
+    from bench.commands.display import RichSweepProgress
     from engines.endpoint import EndpointError
     from engines.launch import EngineGone, EngineStartError
     from engines.registry import EngineError
@@ -177,7 +177,13 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambd
 
 def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool) -> int:
     """Print what was measured, write the reports, name the failures; the command's exit code."""
-    from bench.display import capacity_line, repeats_table, replica_view_table, server_view_table, summary_table
+    from bench.commands.display import (
+        capacity_line,
+        repeats_table,
+        replica_view_table,
+        server_view_table,
+        summary_table,
+    )
 
     for run_dir in outcome.already_complete:
         console.print(f"{run_dir}: complete, nothing to resume")
@@ -218,7 +224,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
 
 def _print_ui_overhead(summaries: list[LevelSummary]) -> None:
     """Each engine measured direct and through Open WebUI (`--through-ui`): the two side by side."""
-    from bench.display import ui_overhead_table
+    from bench.commands.display import ui_overhead_table
     from engines.openwebui import VIA_UI
     from reports.ui_overhead import bottleneck_sentence, pairs_through_ui
 
@@ -231,7 +237,7 @@ def _print_ui_overhead(summaries: list[LevelSummary]) -> None:
 def _write_reports(run_dirs: list[Path], out: Path) -> None:
     """One report per run, and one that compares them when several engines ran. A report that can't be made
     (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
-    from bench.report import ReportError, render_report, render_run_report
+    from bench.flows.report import ReportError, render_report, render_run_report
     from costmodel.prices import PriceError
 
     try:

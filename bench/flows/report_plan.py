@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench import rundir
-from bench.rundir import Run
-from bench.runinfo import RunInfo
+from bench.run import rundir
+from bench.run.rundir import Run
+from bench.run.runinfo import RunInfo
 from costmodel.plan import DEFAULT_MEMORY_FRACTION, Plan, PlanInputs, assumptions, decode_ceiling, make_plan
 from costmodel.plan_shapes import DTYPE_BYTES, GpuShape, PlanError, resolve_gpu
 from engines.engine_file import EngineFile
@@ -59,7 +59,7 @@ def memory_plan(run: Run) -> dict[str, Any] | None:
 
 
 def _plan_block(run: Run) -> dict[str, Any]:
-    from bench.model_shape import model_shape  # the reference engine's loaders, torch: only when planning
+    from bench.inputs.model_shape import model_shape  # the reference engine's loaders, torch: only when planning
 
     info = run.info
     gpu, recorded = run_gpu(run)

@@ -1,4 +1,4 @@
-"""`bench report` and `bench cost`: thin shells over `bench.report.render_report` and
+"""`bench report` and `bench cost`: thin shells over `bench.flows.report.render_report` and
 `costmodel.decide.decide_given`. Heavy imports (matplotlib, jinja2, numpy) happen inside the commands, so
 `bench --help` stays fast.
 """
@@ -15,7 +15,7 @@ from typer.core import TyperCommand
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from rich.console import Console
 
-    from bench.scenario import DecisionSettings
+    from bench.inputs.scenario import DecisionSettings
     from costmodel.types import Decision
 
 GPU_HELP = ("GPU name (h100-sxm, h100-pcie, h200, a100-80gb, l40s, l4, a10g, rtx-4090: the catalog's median "
@@ -64,8 +64,8 @@ def report(
                                         "default RUN_DIR/report.html for one run, ./report.html for several."),
 ) -> None:
     """Decide from measured runs: self-host or pay per token. Writes HTML, Markdown and JSON."""
-    from bench.console import console, fail
-    from bench.report import ReportError, render_report
+    from bench.commands.console import console, fail
+    from bench.flows.report import ReportError, render_report
     from costmodel.prices import PriceError
 
     try:
@@ -120,8 +120,8 @@ def cost(
     import json
     from datetime import date
 
-    from bench.console import console, fail
-    from bench.scenario import ScenarioError, load_scenario
+    from bench.commands.console import console, fail
+    from bench.inputs.scenario import ScenarioError, load_scenario
     from costmodel.decide import decide_given
     from costmodel.prices import PriceError, load_catalog
     from reports.data import jsonable
@@ -146,8 +146,8 @@ def cost(
 
 
 def _settings(scenario: str | None, first_run: Path) -> DecisionSettings:
-    from bench.report import ReportError, settings_from_run
-    from bench.scenario import ScenarioError, load_scenario
+    from bench.flows.report import ReportError, settings_from_run
+    from bench.inputs.scenario import ScenarioError, load_scenario
 
     if scenario is None:
         return settings_from_run(first_run)

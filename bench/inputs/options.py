@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bench.flags import MeasureFlags
-from bench.scenario import Scenario, ScenarioError, load_scenario
+from bench.commands.flags import MeasureFlags
+from bench.inputs.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
 from loadgen.replay.formats import is_trace_file
 from loadgen.workload import parse_length_spec

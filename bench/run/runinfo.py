@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from bench.capacity import CapacityPlan
-from bench.scenario import Scenario
+from bench.flows.capacity import CapacityPlan
+from bench.inputs.scenario import Scenario
 from engines.engine_file import EngineFile
 from loadgen.types import SLO, DatasetInfo
 
@@ -159,7 +159,7 @@ class GpuRecord:
 
 @dataclass(frozen=True)
 class HostRecord:
-    """The machine that ran the sweep (bench.hardware.describe_host)."""
+    """The machine that ran the sweep (bench.inputs.hardware.describe_host)."""
 
     hostname: str | None = None
     os: str | None = None

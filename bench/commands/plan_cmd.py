@@ -59,8 +59,8 @@ def plan(
     """Before measuring: weight bytes, KV bytes per token, the sequences that fit and the decode-step floor."""
     import json
 
-    from bench.console import console, fail
-    from bench.model_shape import model_shape
+    from bench.commands.console import console, fail
+    from bench.inputs.model_shape import model_shape
     from costmodel.plan import PlanInputs, assumptions, make_plan, parse_batches
     from costmodel.plan_shapes import PlanError, resolve_gpu
 

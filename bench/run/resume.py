@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import rundir
-from bench.runinfo import RunInfo
-from bench.scenario import LoadSettings
+from bench.inputs.scenario import LoadSettings
+from bench.run import rundir
+from bench.run.runinfo import RunInfo
 from loadgen.arrivals import parse_label
 from loadgen.recorder import read_records
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec

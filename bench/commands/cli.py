@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from bench import plan_cmd, report_cmd, stopping, tune_cmd
-from bench.console import console, errors, fail, warn
-from bench.flags import MeasureFlags, measure_command
+from bench.commands import plan_cmd, report_cmd, stopping, tune_cmd
+from bench.commands.console import console, errors, fail, warn
+from bench.commands.flags import MeasureFlags, measure_command
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
-    from bench.measure import Describe, Job
+    from bench.flows.measure import Describe, Job
     from loadgen.types import LevelSummary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -40,8 +40,8 @@ def sweep(
 ) -> None:
     """Measure an engine at each load level and write a run directory."""
     stopping.install()
-    from bench import measure
-    from bench.options import LoadOverrides
+    from bench.flows import measure
+    from bench.inputs.options import LoadOverrides
 
     given = _given(concurrency=(concurrency, None), rate=(rate, None), burstiness=(burstiness, None),
                    max_concurrency=(max_concurrency, None))
@@ -70,10 +70,10 @@ def capacity(
 ) -> None:
     """Find the highest load one replica carries within the SLO (ramp, then narrow down); write capacity.json."""
     stopping.install()
-    from bench import measure
-    from bench.capacity import CapacityPlan, parse_slo_flags
-    from bench.options import LoadOverrides
-    from bench.search import SearchSettings
+    from bench.flows import measure
+    from bench.flows.capacity import CapacityPlan, parse_slo_flags
+    from bench.flows.search import SearchSettings
+    from bench.inputs.options import LoadOverrides
 
     given = _given(slo=(slo, None), attainment=(attainment, None), tolerance=(tolerance, 0.05), start=(start, 1.0),
                    rate=(rate, False), max_load=(max_load, None), max_probes=(max_probes, 20),
@@ -103,9 +103,9 @@ def _given(**values: tuple[object, object]) -> list[str]:
 def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
           given: list[str]) -> tuple[list[Job], list[Path]]:
     """The jobs of a fresh run or of `--resume`; a bad flag ends the command with one line."""
-    from bench import measure
-    from bench.resume import ResumeError
-    from bench.scenario import ScenarioError
+    from bench.flows import measure
+    from bench.inputs.scenario import ScenarioError
+    from bench.run.resume import ResumeError
     from engines.endpoint import EndpointError
     from engines.launch import EngineStartError
     from engines.registry import EngineError
@@ -123,7 +123,7 @@ def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
 def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
          describe: Callable[[Job], Describe | None] | None = None) -> None:
     """Run the jobs, print and report what they measured; exit 1 when an engine failed."""
-    from bench import measure
+    from bench.flows import measure
     from engines.registry import is_container_kind
 
     _warn_about_leftovers(containers=any(is_container_kind(str(job.plan.engine_spec.get("engine"))) for job in jobs))
@@ -142,7 +142,7 @@ def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
 
 def _describe_probe(job: Job) -> Describe:
     """After each probe of a capacity search: its load, verdict and the figures it was judged by."""
-    from bench.capacity import judge
+    from bench.flows.capacity import judge
 
     plan = job.plan.capacity
     assert plan is not None, "a capacity command's jobs are searches (resume refuses a sweep's run)"
@@ -167,8 +167,8 @@ def _ms(value: float | None) -> str:
 @app.command()
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
-    from bench.display import capacity_line, repeats_table, server_view_table, summary_table
-    from bench.rundir import RunDirError, read_run, write_summaries
+    from bench.commands.display import capacity_line, repeats_table, server_view_table, summary_table
+    from bench.run.rundir import RunDirError, read_run, write_summaries
 
     try:
         run = read_run(run_dir)
@@ -287,8 +287,8 @@ def _without(argv: list[str], *flags: str) -> list[str]:
 @app.command()
 def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
     """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
-    from bench.display import comparison_table
-    from bench.rundir import RunDirError, read_run
+    from bench.commands.display import comparison_table
+    from bench.run.rundir import RunDirError, read_run
 
     try:
         runs = [read_run(run_dir) for run_dir in run_dirs]
@@ -300,7 +300,7 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to 
 @app.command()
 def engines() -> None:
     """Every engine kind, and whether it can run on this machine (and why not)."""
-    from bench.display import engines_table
+    from bench.commands.display import engines_table
     from engines.availability import availability
 
     console.print(engines_table(availability()))

@@ -13,7 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from bench.tune import ConfigResult
+from bench.flows.tune import ConfigResult
 from common.units import share
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
@@ -169,7 +169,7 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
 
 def _against(result: ConfigResult, default: ConfigResult | None, objective: str) -> str:
     """The objective's figure as a ratio to the default's (x1.25: 25 % better for capacity and throughput)."""
-    from bench.tune import objective_figure
+    from bench.flows.tune import objective_figure
 
     mine, theirs = objective_figure(result, objective), objective_figure(default, objective) if default else None
     return f"x{mine / theirs:.2f}" if mine and theirs else "-"
