@@ -194,7 +194,7 @@ def check_options(o: ContainerOptions) -> str:
 
 @contextmanager
 def launch_trtllm(run_dir: Path, o: ContainerOptions, port: int | None = None,
-                  client: Any = None) -> Iterator[tuple[Endpoint, EngineInfo]]:
+                  client: DockerClient | None = None) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Build (or find) the engine, then serve it; run.json's details get the build apart from time-to-ready."""
     if check_options(o) == "pytorch":
         with launch_container(run_dir, trtllm_spec(o), port, client) as running:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -18,7 +18,10 @@ from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags, measure_command
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
+    import argparse
+
     from bench.flows.measure import Describe, Job
+    from engines.reference.serving.options import ServerOptions
     from loadgen.types import LevelSummary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -212,7 +215,7 @@ def serve(ctx: typer.Context) -> None:
     raise typer.Exit(128 + stopped_by if stopped_by else 0)
 
 
-def _stack_flags(args: list[str]) -> tuple[Any, list[str]]:
+def _stack_flags(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """`bench serve`'s own flags (replicas, router, UI) taken out of its arguments; the rest are the engine's."""
     import argparse
 
@@ -226,7 +229,7 @@ def _stack_flags(args: list[str]) -> tuple[Any, list[str]]:
     return parser.parse_known_args(args)
 
 
-def _serve_stack(argv: list[str], options: Any, stack: Any) -> None:
+def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namespace) -> None:
     """The reference engine (or N replicas behind vllm-router), with Open WebUI in front when asked, until
     Ctrl-C (or SIGTERM); everything stopped then, the UI first."""
     import tempfile

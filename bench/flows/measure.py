@@ -27,6 +27,7 @@ from bench.run.resume import Resume, ResumeError, open_run, prepare
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
+from loadgen.datasets import PromptTokenizer
 from loadgen.pool import ClientPool
 from loadgen.repeats import aggregate
 from loadgen.replay.requests import Replay
@@ -251,7 +252,7 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
         errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
 
 
-def load_replay(scenario: Scenario, tokenizer: Any) -> Replay | None:
+def load_replay(scenario: Scenario, tokenizer: PromptTokenizer | None) -> Replay | None:
     """The scenario's dataset read and prepared (raises DatasetError, a ValueError, naming line and field)."""
     dataset = scenario.workload.dataset
     if dataset is None:

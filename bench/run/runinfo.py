@@ -10,6 +10,7 @@ stay as written in `EngineDetails.other`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from engines.engine_file import EngineFile
 from loadgen.types import SLO, DatasetInfo
 
 Record = TypeVar("Record")
+Part = TypeVar("Part")
 
 
 def _known(cls: type[Record], raw: dict[str, Any]) -> Record:
@@ -268,7 +270,7 @@ class RunInfo:
     def from_json(cls, raw: dict[str, Any]) -> RunInfo:
         unread: list[str] = []
 
-        def part(key: str, read: Any) -> Any:
+        def part(key: str, read: Callable[[Any], Part]) -> Part | None:
             value = raw.get(key)
             if value is None:
                 unread.append(key)
