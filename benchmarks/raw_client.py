@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -143,7 +143,8 @@ def main() -> None:
     args = parser.parse_args()
     raw_run = run_blocking(args.port, args.users, args.duration)
     if args.json:
-        print(orjson.dumps(asdict(raw_run), option=orjson.OPT_SERIALIZE_NUMPY).decode())
+        as_json = {"summary": raw_run.summary.to_json(), "cpu_s": raw_run.cpu_s, "num_tokens": raw_run.num_tokens}
+        print(orjson.dumps(as_json, option=orjson.OPT_SERIALIZE_NUMPY).decode())
         return
     s = raw_run.summary
     check, latency = s.client.check, s.latency
