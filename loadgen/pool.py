@@ -72,9 +72,6 @@ class ClientPool:
     def is_split(self) -> bool:
         return self.workers > 1 or self.ray_address is not None
 
-    def describe(self) -> dict[str, Any]:
-        return {"workers": self.workers, "ray": self.ray_address}
-
     @contextmanager
     def session(self) -> Iterator[None]:
         """Connected to the Ray cluster for as long as the run lasts (nothing to do for local workers)."""
