@@ -24,7 +24,8 @@ NONE = -1  # a count the record does not have
 NAN = float("nan")  # a time the record does not have
 TIMES = ("send_s", "end_s", "scheduled_s", "dispatch_s", "first_visible_s", "first_send_s", "connect_ms")
 COUNTS = ("user", "worker", "turn", "prompt_tokens", "output_tokens", "cached_tokens", "server_output_tokens",
-          "max_tokens", "reasoning_tokens", "attempts", "throttled_attempts")
+          "max_tokens", "reasoning_tokens", "attempts", "throttled_attempts", "step", "session_requests",
+          "implied_cached_tokens")
 DEFAULTS = {"output_tokens": 0, "attempts": 1, "throttled_attempts": 0}  # RequestRecord's, for a row without them
 
 
@@ -43,6 +44,11 @@ class LevelColumns:
     chunk_tokens: np.ndarray  # int32
     failures_by_kind: dict[str, int]
     token_count_sources: dict[str, int]  # of the ok requests
+    # Agent sessions: each request's session (an index into session_ids; NONE outside any) and whether it is
+    # a subagent's call.
+    session: np.ndarray | None = None
+    session_ids: tuple[str, ...] = ()
+    is_subagent: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -65,6 +71,8 @@ class ColumnsBuilder:
         self.sources: Counter[str] = Counter()
         self._times = list(self.times.items())
         self._counts = [(name, DEFAULTS.get(name), column) for name, column in self.counts.items()]
+        self.session, self.is_subagent = array("q"), array("b")
+        self.session_index: dict[str, int] = {}
 
     def add(self, get: Callable[[str, Any], Any]) -> None:
         """One request, its fields read with `get(name, default)` (a row's `.get`, or a record's getattr).
@@ -86,6 +94,13 @@ class ColumnsBuilder:
         self.chunk_times.extend(get("chunk_times_s", None) or ())
         self.chunk_tokens.extend(get("chunk_tokens", None) or ())
         self.chunk_start.append(len(self.chunk_times))
+        session_id = get("session_id", None)
+        if session_id is None:
+            self.session.append(NONE)
+            self.is_subagent.append(False)
+        else:
+            self.session.append(self.session_index.setdefault(session_id, len(self.session_index)))
+            self.is_subagent.append(get("agent", "main") != "main")
 
     def build(self) -> LevelColumns:
         return LevelColumns(
@@ -94,7 +109,9 @@ class ColumnsBuilder:
             np.frombuffer(self.ok, dtype=np.int8).astype(bool), np.frombuffer(self.throttled_error, dtype=np.int8)
             .astype(bool), np.frombuffer(self.chunk_start, dtype=np.int64),
             np.frombuffer(self.chunk_times, dtype=np.float64), np.frombuffer(self.chunk_tokens, dtype=np.int32),
-            dict(self.failures), dict(self.sources))
+            dict(self.failures), dict(self.sources),
+            np.frombuffer(self.session, dtype=np.int64) if self.session_index else None, tuple(self.session_index),
+            np.frombuffer(self.is_subagent, dtype=np.int8).astype(bool) if self.session_index else None)
 
 
 def columns_of(records: Iterable[RequestRecord]) -> LevelColumns | None:

@@ -34,6 +34,7 @@ import numpy as np
 from loadgen.arrivals import parse_label
 from loadgen.columns import NONE, LevelColumns, columns_of
 from loadgen.network import ConnectProbe
+from loadgen.sessions.figures import session_figures
 from loadgen.types import (
     SLO,
     ClientCheck,
@@ -56,6 +57,7 @@ MAX_CLIENT_CPU_FRACTION = 0.95
 MIN_HELD_CONCURRENCY_FRACTION = 0.9
 MAX_STARVED_FRACTION = 0.01  # of a worker's measured time, waiting for requests from the driver
 MAX_CLOCK_UNCERTAINTY_MS = 1.0
+MAX_CONTEXT_OVERFLOW_FRACTION = 0.01  # of an agent level's calls, longer than the model's context
 MAX_OUTSIDE_CORES = 0.25  # of a core, used by processes outside the run (or stolen) before a level says so
 
 
@@ -95,6 +97,10 @@ def summarize_columns(
                           tcp_connect_ms=network.tcp_ms if network else None,
                           tls_handshake_ms=network.tls_ms if network else None),
     )
+    if c.session is not None:
+        ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
+        start, end, _ = _steady_window(c, kind, ended)
+        summary = replace(summary, sessions=session_figures(c, first, (start, end)))
     reasons = _invalid_reasons(summary, workers)
     notes = _worker_notes(workers) + machine_notes(machine)
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=notes)
@@ -340,9 +346,27 @@ def _invalid_reasons(s: LevelSummary, workers: Sequence[WorkerRun] = ()) -> list
     for w in workers:
         if w.wall_s > 0 and w.starved_s > MAX_STARVED_FRACTION * w.wall_s:
             reasons.append(f"client worker {w.worker} waited {w.starved_s:.2f} s for requests from the driver")
+    if s.sessions is not None:
+        return reasons + _session_reasons(s)
     held = s.throughput.mean_in_flight
     if s.kind == "concurrency" and s.throughput.is_steady_window and held < MIN_HELD_CONCURRENCY_FRACTION * s.target:
         reasons.append(f"client held {held:.1f} of {s.target:g} requests in flight")
+    return reasons
+
+
+def _session_reasons(s: LevelSummary) -> list[str]:
+    """Agent sessions: the sessions alive are the load (calls in flight are fewer: tools take time), and a
+    level whose calls overflow the model's context measures a different workload."""
+    figures = s.sessions
+    assert figures is not None
+    reasons = []
+    held = figures.mean_alive
+    if s.kind == "concurrency" and s.throughput.is_steady_window and held < MIN_HELD_CONCURRENCY_FRACTION * s.target:
+        reasons.append(f"client held {held:.1f} of {s.target:g} sessions alive")
+    overflow = figures.num_context_overflow / max(s.requests.num_requests, 1)
+    if overflow > MAX_CONTEXT_OVERFLOW_FRACTION:
+        reasons.append(f"{figures.num_context_overflow} of {s.requests.num_requests} calls ({overflow:.1%}) need more "
+                       "than the model's context: serve a longer context, or replay shorter sessions")
     return reasons
 
 

@@ -25,6 +25,7 @@ from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
+from loadgen.sessions.stream import SessionStream
 from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
 WARMUP_MAX_TOKENS = 8
@@ -38,10 +39,13 @@ class LevelBounds:
     duration_s: float | None = None
     max_requests: int | None = None
     num_warmup: int | None = None  # default: one per user (closed loop) or per capped slot
+    max_sessions: int | None = None  # agent sessions: the level ends when this many have completed
 
     def __post_init__(self) -> None:
-        if self.duration_s is None and self.max_requests is None:
-            raise ValueError("a level needs --duration or --requests (or both)")
+        if self.duration_s is None and self.max_requests is None and self.max_sessions is None:
+            raise ValueError("a level needs --duration or --requests (or both; agent sessions: or --sessions)")
+        if self.max_sessions is not None and self.max_sessions < 1:
+            raise ValueError(f"sessions must be >= 1, got {self.max_sessions}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration must be > 0 s, got {self.duration_s:g}")
         if self.max_requests is not None and self.max_requests < 1:
@@ -201,6 +205,10 @@ class LevelContext:
         return self.level.max_concurrency
 
     def new_record(self, spec: RequestSpec, **fields: object) -> RequestRecord:
+        if spec.session is not None:
+            place = spec.session
+            fields.update(session_id=place.session_id, agent=place.agent, step=place.step,
+                          session_requests=place.session_requests, implied_cached_tokens=place.implied_cached_tokens)
         return RequestRecord(
             run_id=self.run_id, engine=self.engine, level=self.level.label, request_id=spec.request_id,
             send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, dataset_index=spec.dataset_index,
@@ -218,7 +226,7 @@ class LevelContext:
 
 
 async def run_level(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests,
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | SessionStream,
     warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     level = ctx.level
@@ -235,7 +243,11 @@ async def run_level(
             monitor = asyncio.create_task(_watch_loop_lag(lags))
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             try:
-                if level.kind == "concurrency":
+                if isinstance(requests, SessionStream):
+                    from loadgen.sessions.runner import run_sessions  # it builds on this module
+
+                    await run_sessions(ctx, session, bounds, requests)
+                elif level.kind == "concurrency":
                     await _closed_loop(ctx, session, bounds, requests)
                 else:
                     await _open_loop(ctx, session, bounds, requests)
@@ -400,7 +412,7 @@ def _quiet_garbage_collector() -> Iterator[None]:
 
 
 def run_level_blocking(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests,
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | SessionStream,
     warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     """Run one level on a fresh event loop: uvloop's where it is installed (less overhead per streamed

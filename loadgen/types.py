@@ -20,6 +20,17 @@ Api = Literal["chat", "completions"]
 
 
 @dataclass(frozen=True)
+class SessionPlace:
+    """Where a call sits in an agent session (`loadgen.sessions`)."""
+
+    session_id: str  # the trace's id; a later replay of it adds #2, #3
+    agent: str  # main, or the subagent's id
+    step: int  # from 1, within its agent
+    session_requests: int  # the calls the whole session sends (subagents included)
+    implied_cached_tokens: int  # of this call's prompt, sent before by its own agent (what the trace implies)
+
+
+@dataclass(frozen=True)
 class RequestSpec:
     """One request to send: a prompt (or chat messages) and the output length to ask for."""
 
@@ -35,6 +46,7 @@ class RequestSpec:
     arrival_s: float | None = None  # a trace's own send time, seconds from the trace's start (unscaled)
     dataset_index: int | None = None  # which request of a replayed file: its line, entry or row (from 1)
     prompt_sha256: str | None = None  # of the new user message, so records can be matched without the text
+    session: SessionPlace | None = None  # an agent session's call: which session, agent and step
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -89,6 +101,11 @@ class RequestRecord:
     connect_ms: float | None = None  # a new connection's set-up (DNS, TCP, TLS); None on a kept-alive one
     dataset_index: int | None = None
     prompt_sha256: str | None = None
+    session_id: str | None = None  # agent sessions: the session, the agent (main or a subagent's id), the step
+    agent: str | None = None
+    step: int | None = None
+    session_requests: int | None = None  # the calls its session sends in all
+    implied_cached_tokens: int | None = None  # of its prompt, sent before by its own agent
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None
@@ -320,6 +337,30 @@ class ClientSide:
     tls_handshake_ms: float | None = None
 
 
+STEP_BUCKETS = ((1, 1, "1"), (2, 5, "2-5"), (6, 20, "6-20"), (21, None, "21+"))
+
+
+@dataclass(frozen=True)
+class SessionFigures:
+    """A level of agent sessions, session by session (`loadgen.sessions.figures`). A session is completed when
+    every call it holds was answered; cut when the level ended first; failed when one of its calls failed."""
+
+    num_started: int
+    num_completed: int
+    num_cut: int
+    num_failed: int
+    duration_s: Distribution  # completed sessions: first call sent -> last call ended
+    per_hour: float  # sessions completed per hour, over the level's steady window
+    requests_per_session: Distribution  # completed sessions: their calls, subagents' included
+    mean_alive: float  # sessions alive, averaged over the steady window
+    ttft_ms_by_step: dict[str, Distribution]  # STEP_BUCKETS' labels -> TTFT of the calls at those steps
+    input_tokens_by_step: dict[str, float | None]  # mean prompt tokens of the calls at those steps
+    implied_hit_rate: float | None  # of the prompt tokens sent, those the session's own earlier calls sent
+    measured_hit_rate: float | None  # cached_tokens in the server's usage over prompt tokens (None: not said)
+    num_context_overflow: int = 0  # calls longer than the model's context: not sent, their sessions failed
+    num_subagent_requests: int = 0
+
+
 # summary.json's keys, in the order the file has always had them (the groups are this version's).
 SUMMARY_KEYS = (
     "engine", "level", "kind", "target", "num_requests", "num_ok", "num_failed", "failure_rate", "failures_by_kind",
@@ -353,6 +394,7 @@ class LevelSummary:
     notes: list[str] = field(default_factory=list)  # what a reader should know that does not invalidate it
     base_level: str = ""  # the level without its repeat (c8 for c8#2)
     repeat: int = 1
+    sessions: SessionFigures | None = None  # a level of agent sessions
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's row: one object, the groups' fields side by side (the file's keys as they were)."""
@@ -366,7 +408,10 @@ class LevelSummary:
             "is_valid": self.is_valid, "invalid_reasons": self.invalid_reasons, "notes": self.notes,
             "base_level": self.base_level, "repeat": self.repeat,
         }
-        return {key: values[key] for key in SUMMARY_KEYS}
+        row = {key: values[key] for key in SUMMARY_KEYS}
+        if self.sessions is not None:  # only then: other runs' summary.json stays as it was
+            row["sessions"] = asdict(self.sessions)
+        return row
 
     def flat(self) -> dict[str, Any]:
         """One flat row (for CSV and tables): distributions become `<name>_<stat>` columns, the client's check
@@ -374,7 +419,9 @@ class LevelSummary:
         row: dict[str, Any] = {}
         machine = self.client.machine
         for key, value in self.to_json().items():
-            if key == "machine":
+            if key == "sessions":
+                row.update(_session_columns(value))
+            elif key == "machine":
                 row["others_cpu_cores"] = round(machine.others_cores, 3) if machine else None
                 row["steal_cores"] = round(machine.steal_cores, 3) if machine else None
             elif key == "client":
@@ -391,6 +438,22 @@ class LevelSummary:
 
 
 _NESTED = {f.name for f in fields(Latency)} | {"usage"}  # records whose fields are columns of their own
+
+
+def _session_columns(figures: dict[str, Any]) -> dict[str, Any]:
+    """A session level's figures as columns: `session_<name>`, distributions and step buckets spread out."""
+    row: dict[str, Any] = {}
+    for name, value in figures.items():
+        if name == "ttft_ms_by_step":
+            for bucket, stats in value.items():
+                row.update({f"session_ttft_ms_step_{bucket}_{stat}": v for stat, v in stats.items()})
+        elif name == "input_tokens_by_step":
+            row.update({f"session_input_tokens_step_{bucket}": v for bucket, v in value.items()})
+        elif isinstance(value, dict):
+            row.update({f"session_{name}_{stat}": v for stat, v in value.items()})
+        else:
+            row[f"session_{name}"] = value
+    return row
 
 
 @dataclass(frozen=True)

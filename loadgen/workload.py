@@ -114,8 +114,45 @@ class MultiTurn(BaseModel):
     turns: int = Field(ge=2, le=1000)
 
 
-DatasetFormat = Literal["jsonl", "sharegpt", "mooncake", "azure"]
+DatasetFormat = Literal["jsonl", "sharegpt", "mooncake", "azure", "weka", "tracelab", "otel"]
 TRACE_FORMATS = ("mooncake", "azure")
+SESSION_FORMATS = ("weka", "tracelab", "otel")
+
+
+def _length(spec: str) -> LengthDistribution:
+    return parse_length_spec(spec)
+
+
+class AgentWorkload(BaseModel):
+    """Agent sessions drawn for teams without traces (`loadgen.sessions.synthetic`): each session a task
+    prompt after a shared system and tools prompt, then `steps` calls, each sending the context so far plus
+    its previous answer and a tool's result, after waiting for the tool. After a step a subagent starts
+    with `subagent_probability`: a fresh context of its own `subagent_steps` calls, whose result the
+    parent's next call waits for. Lengths and waits take the length syntax (N, uniform:MIN:MAX, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sessions: int = Field(default=64, ge=1)  # distinct sessions drawn (users then take them in turn)
+    steps: LengthDistribution = _length("uniform:4:12")
+    shared_prefix_tokens: int = Field(default=1024, ge=0)
+    task_tokens: LengthDistribution = _length("lognormal:300:200:32:2000")
+    tool_result_tokens: LengthDistribution = _length("lognormal:400:300:16:4000")
+    output_tokens: LengthDistribution = _length("lognormal:120:80:8:1024")
+    tool_wait_ms: LengthDistribution = _length("lognormal:800:600:10:10000")
+    subagent_probability: float = Field(default=0.1, ge=0, le=1)
+    subagent_steps: LengthDistribution = _length("uniform:2:5")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lengths_from_text(cls, raw: object) -> object:
+        """A length may be written as on the command line: `steps: uniform:4:12`."""
+        if not isinstance(raw, dict):
+            return raw
+        return {k: parse_length_spec(str(v)) if isinstance(v, (str, int)) and k in _AGENT_LENGTHS else v
+                for k, v in raw.items()}
+
+
+_AGENT_LENGTHS = {"steps", "task_tokens", "tool_result_tokens", "output_tokens", "tool_wait_ms", "subagent_steps"}
 
 
 class DatasetSettings(BaseModel):
@@ -151,6 +188,15 @@ class DatasetSettings(BaseModel):
     def multi_turn(self) -> bool:
         return self.turns == "all" or (isinstance(self.turns, int) and self.turns > 1)
 
+    @property
+    def is_sessions(self) -> bool:
+        """A session dataset (weka, tracelab, otel): told from the format named, else from the file."""
+        if self.format is not None:
+            return self.format in SESSION_FORMATS
+        from loadgen.sessions.formats import is_session_path  # reads the file's head only
+
+        return is_session_path(self.path)
+
 
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -164,6 +210,7 @@ class Workload(BaseModel):
     temperature: float | None = Field(default=0.0, ge=0)
     ignore_eos: bool = True
     dataset: DatasetSettings | None = None
+    agent: AgentWorkload | None = None  # synthetic agent sessions instead of single requests
     keep_text: bool = False  # store prompts and answers in the records (off: lengths, timings, hashes only)
 
     @model_validator(mode="after")
@@ -173,4 +220,13 @@ class Workload(BaseModel):
         if self.dataset is not None and (self.multi_turn is not None or self.shared_prefix is not None):
             raise ValueError("a dataset brings its own prompts: drop multi_turn / shared_prefix (for conversations "
                              "use dataset.turns)")
+        if self.agent is not None and (self.dataset is not None or self.multi_turn or self.shared_prefix):
+            raise ValueError("workload.agent draws its own sessions: drop dataset / multi_turn / shared_prefix")
+        if self.is_sessions and self.api != "chat":
+            raise ValueError("agent sessions need api: chat")
         return self
+
+    @property
+    def is_sessions(self) -> bool:
+        """Agent sessions: a session dataset, or the synthetic agent workload."""
+        return self.agent is not None or (self.dataset is not None and self.dataset.is_sessions)

@@ -64,10 +64,18 @@ class MeasureFlags:
                                            "endpoint, else fail.")
     tokenizer: Path | None = option(None, "A tokenizer.json to build prompts of exact token counts.")
     dataset: Path | None = option(None, "Replay requests from a file: logged prompts (JSONL: {\"prompt\"} or "
-                                        "{\"messages\"} a line), ShareGPT conversations, or an arrival trace (Mooncake "
-                                        "JSONL, Azure CSV). Only lengths, timings and hashes are recorded, never the "
-                                        "text.")
-    dataset_format: str | None = option(None, "jsonl, sharegpt, mooncake or azure (default: told from the content).")
+                                        "{\"messages\"} a line), ShareGPT conversations, an arrival trace (Mooncake "
+                                        "JSONL, Azure CSV), or agent sessions (Weka / AgentX JSON or a directory of "
+                                        "them, TraceLab JSONL, an OpenTelemetry export of GenAI spans). Only lengths, "
+                                        "timings and hashes are recorded, never the text.")
+    dataset_format: str | None = option(None, "jsonl, sharegpt, mooncake, azure, weka, tracelab or otel (default: "
+                                              "told from the content).")
+    workload: str | None = option(None, "agent: synthetic agent sessions (the scenario's workload.agent, else its "
+                                        "defaults) instead of single requests.")
+    sessions: int | None = option(None, "Agent sessions: a level ends when this many sessions have completed "
+                                        "(with --duration: whichever comes first).")
+    max_think_s: float | None = option(None, "Agent sessions: the longest wait between an answer and the agent's "
+                                             "next call (default 10 s).")
     dataset_sample: int | None = option(None, "Replay this many of the dataset's requests, sampled with --seed.")
     dataset_turns: str | None = option(None, "Conversations: replay up to N user turns of each, or all (default: the "
                                              "first turn only). --turns N does the same.")

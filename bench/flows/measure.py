@@ -31,6 +31,7 @@ from loadgen.datasets import PromptTokenizer
 from loadgen.pool import ClientPool
 from loadgen.repeats import aggregate
 from loadgen.replay.requests import Replay
+from loadgen.sessions.model import SessionSet
 from loadgen.types import SLO, LevelSummary
 
 DEFAULT_SCENARIO = "chat"
@@ -67,6 +68,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     scenario = adjust(scenario) if adjust else scenario
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)
+    sessions = load_sessions(scenario)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
     through_ui = flags.through_ui or UI_KIND in kinds
     kinds = [kind for kind in kinds if kind != UI_KIND] or ([] if flags.engine_file else ["reference"])
@@ -86,7 +88,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
                           tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
-                          replay=replay, clients=clients),
+                          replay=replay, sessions=sessions, clients=clients),
                 make_launcher(spec)) for spec in specs]
 
 
@@ -121,13 +123,16 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
         tokenizer_path = run.client.tokenizer
         tokenizer = _load_tokenizer(Path(tokenizer_path) if tokenizer_path else None)
         replay = load_replay(scenario, tokenizer)
-        if replay is not None and run.dataset and run.dataset.sha256 != replay.dataset.sha256:
-            raise ResumeError(f"--resume {run_dir}: {replay.dataset.path} changed since that run began (its sha256 "
+        sessions = load_sessions(scenario)
+        read = (replay.dataset.sha256, replay.dataset.path) if replay is not None else \
+            (sessions.sha256, sessions.path) if sessions is not None else None
+        if read is not None and run.dataset and run.dataset.sha256 != read[0]:
+            raise ResumeError(f"--resume {run_dir}: {read[1]} changed since that run began (its sha256 "
                               "differs); start a new run")
         plan = SweepPlan(scenario, run_dir.parent, engine_kind=spec.name or spec.engine,
                          strict_openai=run.client.strict_openai, tokenizer=tokenizer, tokenizer_path=tokenizer_path,
                          repeats=run.plan.repeats, capacity=run.plan.capacity,
-                         engine_spec=spec.model_dump(mode="json"), replay=replay,
+                         engine_spec=spec.model_dump(mode="json"), replay=replay, sessions=sessions,
                          clients=client_pool(run.client.workers, run.client.ray))
         jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
     return jobs, complete
@@ -255,7 +260,7 @@ def _write_reports(run_dirs: list[Path], out: Path) -> None:
 def load_replay(scenario: Scenario, tokenizer: PromptTokenizer | None) -> Replay | None:
     """The scenario's dataset read and prepared (raises DatasetError, a ValueError, naming line and field)."""
     dataset = scenario.workload.dataset
-    if dataset is None:
+    if dataset is None or dataset.is_sessions:
         return None
     from loadgen.replay.formats import read_dataset
     from loadgen.replay.requests import prepare_replay
@@ -263,6 +268,23 @@ def load_replay(scenario: Scenario, tokenizer: PromptTokenizer | None) -> Replay
     workload = scenario.workload
     return prepare_replay(read_dataset(dataset.path, dataset.format), dataset, workload.output_tokens, workload.seed,
                           tokenizer)
+
+
+def load_sessions(scenario: Scenario) -> SessionSet | None:
+    """The scenario's agent sessions: a session dataset read (raises DatasetError naming the file, the line or
+    session, and the field), or the synthetic workload's drawn; None for a workload of single requests."""
+    workload = scenario.workload
+    if workload.agent is not None:
+        from loadgen.sessions.synthetic import draw_sessions
+
+        return draw_sessions(workload.agent, workload.seed)
+    dataset = workload.dataset
+    if dataset is None or not dataset.is_sessions:
+        return None
+    from loadgen.sessions.formats import read_sessions
+
+    block = dataset.block_tokens if "block_tokens" in dataset.model_fields_set else None
+    return read_sessions(dataset.path, dataset.format, block)
 
 
 def _load_tokenizer(path: Path | None) -> Any:

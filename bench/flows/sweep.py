@@ -60,6 +60,8 @@ from loadgen.pool import ClientPool, run_split_level
 from loadgen.recorder import JsonlWriter
 from loadgen.replay.requests import Replay, check_context, describe, replay_requests
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
+from loadgen.sessions.model import SessionSet
+from loadgen.sessions.stream import SessionStream, describe_sessions
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec
 
 TOOL_NAME = "llm-selfhost-bench"
@@ -92,11 +94,14 @@ class SweepPlan:
     capacity: CapacityPlan | None = None  # a capacity search instead of the scenario's levels
     engine_spec: dict[str, Any] = field(default_factory=dict)  # the EngineFile, kept in run.json for --resume
     replay: Replay | None = None  # the scenario's dataset, read and prepared
+    sessions: SessionSet | None = None  # agent sessions: a session dataset read, or the synthetic ones drawn
     clients: ClientPool = ClientPool()  # one client process, or a level split across several (--workers, --ray)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ValueError(f"--repeats {self.repeats}: expected a whole number >= 1")
+        if self.sessions is not None and self.clients.is_split:
+            raise ValueError("agent sessions run in one client process for now: drop --workers / --ray")
 
     def on_throttle(self) -> Literal["fail", "retry"]:
         """The scenario's choice, else: a capacity search fails a throttled request (the limit is a ceiling
@@ -121,7 +126,19 @@ class SweepPlan:
         if level is not None and level.kind == "trace" and self.replay is not None:
             return LevelBounds(duration_s=max(self.replay.span_s * level.value, 1e-3), max_requests=load.requests,
                                num_warmup=load.warmup_requests)
-        return LevelBounds(duration_s=load.duration_s, max_requests=load.requests, num_warmup=load.warmup_requests)
+        return LevelBounds(duration_s=load.duration_s, max_requests=load.requests, num_warmup=load.warmup_requests,
+                           max_sessions=load.sessions if self.sessions is not None else None)
+
+    def session_stream(self, max_model_len: int | None, resume: Resume | None) -> SessionStream | None:
+        """The run's agent sessions, past those a resumed run already started."""
+        if self.sessions is None:
+            return None
+        stream = SessionStream(self.sessions, self.scenario.workload.seed, self.tokenizer,
+                               self.scenario.load.max_think_s, max_model_len)
+        if resume is not None:
+            stream.skip(resume.num_sessions_started)
+            stream.num_requests = (resume.last_request_id or -1) + 1
+        return stream
 
     def requests(self, cycle: bool = True) -> Iterator[RequestSpec]:
         """The run's request stream: the dataset's requests, or the synthetic workload's."""
@@ -241,6 +258,7 @@ def _run_levels(
     warmup_workload = workload.model_copy(update={"seed": workload.seed + WARMUP_SEED_OFFSET, "dataset": None})
     warmup_specs = skip_sent(iter_requests(warmup_workload, plan.tokenizer), resume and resume.last_warmup_id)
     driver = make_driver(plan, run_dir, resume)
+    sessions = plan.session_stream(context_length(endpoint) if plan.sessions is not None else None, resume)
     clients = replace(plan.clients, log_path=run_dir / rundir.WORKERS_LOG)
     own_processes = _own_processes(endpoint, engine)
     first = True
@@ -267,7 +285,7 @@ def _run_levels(
                 if level.kind != "trace":  # requests a worker was fed but never sent are the next level's first
                     specs = itertools.chain(split.unsent, specs)
             else:
-                level_run = run_level_blocking(ctx, bounds, level_specs, warmup_specs)
+                level_run = run_level_blocking(ctx, bounds, sessions or level_specs, warmup_specs)
             after = machine.snapshot()
             if before and after:
                 level_run = replace(level_run, machine=machine.load_between(before, after, own_processes,
@@ -342,7 +360,8 @@ def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:
         seeds=Seeds(requests=seed, warmup=seed + WARMUP_SEED_OFFSET),
         plan=PlanRecord("capacity" if plan.capacity else "sweep", plan.repeats, plan.capacity),
         engine_spec=EngineFile.model_validate(plan.engine_spec) if plan.engine_spec else None,
-        dataset=describe(plan.replay) if plan.replay is not None else None,
+        dataset=describe(plan.replay) if plan.replay is not None else
+        describe_sessions(plan.sessions) if plan.sessions is not None else None,
     )
 
 

@@ -49,11 +49,12 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
     for key, value in (("burstiness", levels.burstiness), ("max_concurrency", levels.max_concurrency),
                        ("duration_s", flags.duration), ("requests", flags.requests),
                        ("warmup_requests", flags.warmup), ("request_timeout_s", flags.request_timeout),
-                       ("on_throttle", flags.on_throttle)):
+                       ("on_throttle", flags.on_throttle), ("sessions", flags.sessions),
+                       ("max_think_s", flags.max_think_s)):
         if value is not None:
             load[key] = value
-    if flags.requests is not None and flags.duration is None:
-        load["duration_s"] = None  # --requests alone means: exactly that many requests
+    if (flags.requests is not None or flags.sessions is not None) and flags.duration is None:
+        load["duration_s"] = None  # --requests (--sessions) alone means: exactly that many
     if flags.input_tokens is not None:
         workload["input_tokens"] = parse_length_spec(flags.input_tokens).model_dump()
     if flags.output_tokens is not None:
@@ -68,6 +69,15 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         workload["multi_turn"] = {"turns": flags.turns} if flags.turns > 1 else None
     if flags.keep_text:
         workload["keep_text"] = True
+    if flags.workload is not None:
+        if flags.workload != "agent":
+            raise ValueError(f"--workload {flags.workload}: the one workload named so is 'agent' (synthetic agent "
+                             "sessions); other workloads come from --scenario or --dataset")
+        workload["agent"] = workload.get("agent") or {}
+    sessions_from_flags = flags.workload is not None or (flags.dataset is not None and _is_sessions(dataset))
+    if sessions_from_flags and levels.concurrency is None and levels.rate is None:
+        raise ValueError("agent sessions need a load: add --concurrency N (N sessions alive at once, e.g. "
+                         "--concurrency 1,4,16) or --rate R (R sessions starting per second, e.g. --rate 0.5)")
     if flags.dataset is not None and dataset is not None and levels.concurrency is None and levels.rate is None \
             and is_trace_file(Path(dataset["path"]), dataset.get("format")):
         load["concurrency"], load["rates"] = [], []  # a trace is a level of its own: replayed once
@@ -79,6 +89,14 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         return Scenario.model_validate({**scenario.model_dump(), "workload": workload, "load": load})
     except ValidationError as exc:
         raise ScenarioError(f"bad flag: {describe_validation_error(exc)}") from None
+
+
+def _is_sessions(dataset: dict[str, Any] | None) -> bool:
+    from loadgen.sessions.formats import SESSION_FORMATS, is_session_path
+
+    if dataset is None:
+        return False
+    return dataset["format"] in SESSION_FORMATS if dataset.get("format") else is_session_path(dataset["path"])
 
 
 def _dataset_settings(flags: MeasureFlags, scenario_dataset: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -94,6 +112,8 @@ def _dataset_settings(flags: MeasureFlags, scenario_dataset: dict[str, Any] | No
             raise ValueError(f"{', '.join(given)} need(s) --dataset FILE (or workload.dataset in the scenario)")
         return None
     dataset = dict(scenario_dataset or {})
+    if flags.dataset is not None and not flags.dataset.exists():
+        raise ValueError(f"--dataset {flags.dataset}: no such file or directory")
     if flags.dataset is not None:
         dataset = {"path": str(flags.dataset.resolve())}  # a new file: none of the scenario's file settings
     for key, value in (("format", flags.dataset_format), ("sample", flags.dataset_sample),

@@ -38,6 +38,8 @@ class LoadSettings(BaseModel):
     on_throttle: Literal["fail", "retry"] | None = None
     burstiness: float = Field(default=1.0, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
+    sessions: int | None = Field(default=None, ge=1)  # agent sessions: a level ends when this many completed
+    max_think_s: float = Field(default=10.0, ge=0)  # agent sessions: the longest wait before a call
 
     @field_validator("concurrency")
     @classmethod
@@ -119,6 +121,9 @@ class Scenario(BaseModel):
         if (self.workload.multi_turn is not None or (dataset is not None and dataset.multi_turn)) and self.load.rates:
             raise ValueError("workload.multi_turn runs with concurrency levels only (each user holds one "
                              "conversation at a time); remove load.rates / --rate")
+        if self.load.sessions is not None and not self.workload.is_sessions:
+            raise ValueError("load.sessions (--sessions) counts agent sessions: it needs a session dataset "
+                             "(weka, tracelab, otel) or workload.agent (--workload agent)")
         return self
 
 

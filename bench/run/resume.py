@@ -35,6 +35,7 @@ class Resume:
     discarded: tuple[str, ...]  # levels cut short, whose records were dropped
     last_request_id: int | None  # the stream goes on after it (and after the rest of its conversation)
     last_warmup_id: int | None
+    num_sessions_started: int = 0  # agent sessions: those any attempt started (a cut level's users included)
 
     @property
     def done_labels(self) -> set[str]:
@@ -75,9 +76,10 @@ def prepare(run_dir: Path, run: RunInfo) -> Resume:
     last = max((r for r in records if not r.is_warmup), key=lambda r: r.request_id, default=None)
     last_warmup = max((r.request_id for r in records if r.is_warmup), default=None)
     warmups = sum(_num_warmup(label, run) for label in cut)
+    sessions = len({r.session_id for r in records if r.session_id is not None})
     return Resume(run_dir, run, tuple((label, summaries.get(label)) for label in finished_labels),
                   tuple(discarded), _past(last.request_id if last else None, in_flight),
-                  _past(last_warmup, warmups))
+                  _past(last_warmup, warmups), sessions + (in_flight if sessions else 0))
 
 
 def _past(last_id: int | None, unrecorded: int) -> int | None:
