@@ -94,8 +94,8 @@ def _json_objects(file: Path, text: str) -> list[tuple[str, Any]]:
         whole = orjson.loads(text)
     except orjson.JSONDecodeError:
         whole = None
-    if isinstance(whole, dict):
-        return [(str(file), whole)]
+    if isinstance(whole, dict):  # one session: a file of one line is line 1 of JSON lines
+        return [(f"{file}:1" if "\n" not in text.strip() else str(file), whole)]
     if isinstance(whole, list):
         return [(f"{file}: entry {i}", obj) for i, obj in enumerate(whole, start=1)]
     objects = []

