@@ -47,6 +47,7 @@ class Traffic(BaseModel):
     days_per_month: float | None = Field(default=None, gt=0, le=31)
     cache_hit_rate: float | None = Field(default=None, ge=0, le=1)  # None: as measured, else 0
     uses_batch_api: bool = False
+    monthly_tasks: float | None = Field(default=None, gt=0)  # agent sessions: tasks a month (else from the tokens)
 
     @field_validator("hourly_profile")
     @classmethod

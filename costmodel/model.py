@@ -66,6 +66,8 @@ def slo_problems(level: MeasuredLevel, slo: LatencyLimits, attainment_target: fl
     for name, value, limit in _latency_checks(level, slo):
         if value is not None and value > limit:
             problems.append(f"p95 {name} {_past(value, limit)} ms > {limit:,.0f} ms")
+    if slo.session_s is not None and level.session_p95_s is not None and level.session_p95_s > slo.session_s:
+        problems.append(f"p95 session {_past(level.session_p95_s, slo.session_s)} s > {slo.session_s:,.0f} s")
     return tuple(problems)
 
 
@@ -79,7 +81,8 @@ def _past(value: float, limit: float) -> str:
 
 def _latency_checks(level: MeasuredLevel, slo: LatencyLimits) -> list[tuple[str, float | None, float]]:
     checks = [("TTFT", level.ttft_p95_ms, slo.ttft_ms), ("TTFVT", level.ttfvt_p95_ms, slo.ttfvt_ms),
-              ("TPOT", level.tpot_p95_ms, slo.tpot_ms), ("E2E", level.e2e_p95_ms, slo.e2e_ms)]
+              ("TPOT", level.tpot_p95_ms, slo.tpot_ms), ("E2E", level.e2e_p95_ms, slo.e2e_ms),
+              ("step TTFT", level.step_ttft_p95_ms, slo.step_ttft_ms)]
     return [(name, value, limit) for name, value, limit in checks if limit is not None]
 
 

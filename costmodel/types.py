@@ -30,12 +30,17 @@ class LatencyLimits:
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     ttfvt_ms: float | None = None  # to the first visible token, after a reasoning model's reasoning
+    session_s: float | None = None  # agent sessions: p95 of a completed session's duration, in seconds
+    step_ttft_ms: float | None = None  # agent sessions: the worst p95 TTFT of any step bucket (1, 2-5, 6-20, 21+)
 
     def describe(self, attainment_target: float) -> str:
         """`p95 TTFT <= 500 ms, ..., at least 95% of requests meeting every target`."""
         parts = [f"p95 {name} <= {limit:,.0f} ms" for name, limit in
-                 (("TTFT", self.ttft_ms), ("TTFVT", self.ttfvt_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
+                 (("TTFT", self.ttft_ms), ("TTFVT", self.ttfvt_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms),
+                  ("step TTFT", self.step_ttft_ms))
                  if limit is not None]
+        if self.session_s is not None:
+            parts.append(f"p95 session <= {self.session_s:,.0f} s")
         parts.append(f"at least {attainment_target:.0%} of requests meeting every target")
         return ", ".join(parts)
 
@@ -72,6 +77,9 @@ class MeasuredLevel:
     why_invalid: str = field(default="the client fell behind", metadata=NOT_IN_FILES)
     # Filled where the level is built (a run's summary, a throughput typed in); its label is only its name.
     kind: LevelKind = "concurrency"
+    # Agent sessions (a level priced in tasks: request_per_s is then tasks a second, the lengths a task's).
+    session_p95_s: float | None = None
+    step_ttft_p95_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in LEVEL_KINDS:
@@ -421,3 +429,52 @@ class OwnedComparison:
     joules_per_output_token: float | None = None
     usd_per_request: float | None = None  # at the operating point, fully busy, at the owned GPU-hour
     usd_per_m_tokens: float | None = None  # the same per 1M tokens (input + output)
+
+
+@dataclass(frozen=True)
+class TaskTokens:
+    """One task's tokens: its calls' input (of it, `cached_tokens` served from a cache) and output."""
+
+    input_tokens: float
+    cached_tokens: float
+    output_tokens: float
+
+    @property
+    def total(self) -> float:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class ProviderTask:
+    id: str
+    usd_per_task: float
+    crossover_tasks: float | None  # tasks a month from which self-hosting is cheaper; None: never
+    crossover_reason: str
+    monthly_usd: float | None
+
+
+@dataclass(frozen=True)
+class TaskCosts:
+    """The cheapest engine's answer in tasks."""
+
+    engine: str
+    level: str | None  # the operating point's level
+    sessions_alive: float | None
+    tasks_per_hour_per_gpu: float | None
+    usd_per_task: float | None  # self-hosted, at the operating point
+    usd_per_m_tokens: float | None  # the same, per 1M of a task's tokens (input and output)
+    tokens: TaskTokens
+    monthly_tasks: float | None
+    self_usd_per_month: float | None
+    providers: tuple[ProviderTask, ...]
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    decision: Decision  # the decision with tasks as its requests
+    costs: TaskCosts | None  # None: no level of sessions met the SLO
+    lines: tuple[str, ...]

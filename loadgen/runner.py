@@ -25,7 +25,6 @@ from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.recorder import JsonlWriter
-from loadgen.sessions.stream import SessionStream
 from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
 WARMUP_MAX_TOKENS = 8
@@ -90,6 +89,14 @@ class LevelRequests(Protocol):
 
     def take(self) -> RequestSpec | None:
         """The next request, taken at its send time."""
+
+
+class DrivenLevel:
+    """A level that sends its requests by rules of its own (agent sessions: `loadgen.sessions.runner`); the
+    runner still warms up, starts the clock, watches its loop and checks the client."""
+
+    async def drive(self, ctx: LevelContext, http: Session, bounds: LevelBounds) -> None:
+        raise NotImplementedError
 
 
 class StreamRequests:
@@ -226,7 +233,7 @@ class LevelContext:
 
 
 async def run_level(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | SessionStream,
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | DrivenLevel,
     warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     level = ctx.level
@@ -243,10 +250,8 @@ async def run_level(
             monitor = asyncio.create_task(_watch_loop_lag(lags))
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             try:
-                if isinstance(requests, SessionStream):
-                    from loadgen.sessions.runner import run_sessions  # it builds on this module
-
-                    await run_sessions(ctx, session, bounds, requests)
+                if isinstance(requests, DrivenLevel):
+                    await requests.drive(ctx, session, bounds)
                 elif level.kind == "concurrency":
                     await _closed_loop(ctx, session, bounds, requests)
                 else:
@@ -412,7 +417,7 @@ def _quiet_garbage_collector() -> Iterator[None]:
 
 
 def run_level_blocking(
-    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | SessionStream,
+    ctx: LevelContext, bounds: LevelBounds, specs: Iterator[RequestSpec] | LevelRequests | DrivenLevel,
     warmup_specs: Iterator[RequestSpec]
 ) -> LevelRun:
     """Run one level on a fresh event loop: uvloop's where it is installed (less overhead per streamed

@@ -204,7 +204,9 @@ def worst_check(checks: list[ClientCheck]) -> ClientCheck:
 
 
 class SLO(BaseModel):
-    """Latency targets a request must meet to count toward goodput. Missing ones are not checked."""
+    """Latency targets a request must meet to count toward goodput. Missing ones are not checked. An agent
+    workload's two are a level's p95s (a session is not a request): `session_s`, a completed session's
+    duration, and `step_ttft_ms`, the TTFT of the worst step bucket."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -212,6 +214,8 @@ class SLO(BaseModel):
     ttfvt_ms: float | None = Field(default=None, gt=0)  # to the first visible word (after any reasoning)
     tpot_ms: float | None = Field(default=None, gt=0)
     e2e_ms: float | None = Field(default=None, gt=0)
+    session_s: float | None = Field(default=None, gt=0)
+    step_ttft_ms: float | None = Field(default=None, gt=0)
 
 
 @dataclass(frozen=True)
@@ -341,6 +345,17 @@ STEP_BUCKETS = ((1, 1, "1"), (2, 5, "2-5"), (6, 20, "6-20"), (21, None, "21+"))
 
 
 @dataclass(frozen=True)
+class SessionTokens:
+    """What one task (a completed session) sent and got, on average: its calls' prompt tokens, those of them
+    served from a cache, and their output tokens (reasoning included): what a provider bills per task."""
+
+    input_tokens: float
+    cached_tokens: float
+    output_tokens: float
+    cached_from: str  # measured (the server's cached_tokens) or implied (the trace's own reuse)
+
+
+@dataclass(frozen=True)
 class SessionFigures:
     """A level of agent sessions, session by session (`loadgen.sessions.figures`). A session is completed when
     every call it holds was answered; cut when the level ended first; failed when one of its calls failed."""
@@ -359,6 +374,29 @@ class SessionFigures:
     measured_hit_rate: float | None  # cached_tokens in the server's usage over prompt tokens (None: not said)
     num_context_overflow: int = 0  # calls longer than the model's context: not sent, their sessions failed
     num_subagent_requests: int = 0
+    per_s: float | None = None  # sessions carried a second: sessions alive over the mean duration (Little's law)
+    tokens: SessionTokens | None = None  # per completed session (None: none completed)
+
+
+@dataclass(frozen=True)
+class LaneBar:
+    """One call of a session drawn as a bar: sent, first token, ended (seconds from the session's first send)."""
+
+    agent: str
+    step: int
+    send_s: float
+    first_token_s: float | None
+    end_s: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class SessionLane:
+    """One session as a swim lane: each agent a lane, each call a bar, the gaps between them its waits."""
+
+    level: str
+    session_id: str
+    bars: tuple[LaneBar, ...]
 
 
 # summary.json's keys, in the order the file has always had them (the groups are this version's).

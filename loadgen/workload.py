@@ -12,6 +12,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadgen.sessions.detect import SESSION_FORMATS, is_session_path
+
 DistKind = Literal["fixed", "uniform", "normal", "lognormal"]
 LENGTH_SPEC_HELP = "N | uniform:MIN:MAX | normal:MEAN:STD[:MIN:MAX] | lognormal:MEAN:STD[:MIN:MAX]"
 
@@ -116,7 +118,6 @@ class MultiTurn(BaseModel):
 
 DatasetFormat = Literal["jsonl", "sharegpt", "mooncake", "azure", "weka", "tracelab", "otel"]
 TRACE_FORMATS = ("mooncake", "azure")
-SESSION_FORMATS = ("weka", "tracelab", "otel")
 
 
 def _length(spec: str) -> LengthDistribution:
@@ -193,9 +194,7 @@ class DatasetSettings(BaseModel):
         """A session dataset (weka, tracelab, otel): told from the format named, else from the file."""
         if self.format is not None:
             return self.format in SESSION_FORMATS
-        from loadgen.sessions.formats import is_session_path  # reads the file's head only
-
-        return is_session_path(self.path)
+        return is_session_path(self.path)  # from the file's head only
 
 
 class Workload(BaseModel):

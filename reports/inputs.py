@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from costmodel.types import CostCurve, Decision, LevelBill
-from loadgen.types import DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView
+from costmodel.types import CostCurve, Decision, LevelBill, TaskDecision
+from loadgen.types import DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView, SessionLane
 from reports.ui_overhead import UiLevel
 
 
@@ -49,6 +49,7 @@ class ReportRun:
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report
     # The memory plan beside the measurements (bench.flows.report_plan): figures, units in keys; or {"why_not": ...}
     plan: dict[str, Any] | None = None
+    session_lane: SessionLane | None = None  # agent sessions: one session drawn call by call
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,4 @@ class ReportInput:
     generated_at: datetime
     skipped: tuple[str, ...] = ()  # run directories left out, and why
     cache_hit_source: str = "assumed"  # where the cost model's prompt-cache hit rate came from, in words
+    tasks: TaskDecision | None = None  # agent sessions: the decision in tasks

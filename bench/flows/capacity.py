@@ -26,7 +26,8 @@ from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary
 
 CAPACITY_FILE = "capacity.json"
-SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms"}
+SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms",
+            "session_p95_s": "session_s", "step_ttft_p95_ms": "step_ttft_ms"}
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,15 @@ def parse_slo_flags(pairs: Sequence[str], base: SLO) -> SLO:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if key not in SLO_KEYS:
-            raise ValueError(f"--slo {pair}: unknown target '{key}'; use {', '.join(SLO_KEYS)} (KEY=MILLISECONDS)")
+            raise ValueError(f"--slo {pair}: unknown target '{key}'; use {', '.join(SLO_KEYS)} (KEY=MILLISECONDS, "
+                             "or KEY=SECONDS for a key ending in _s)")
+        unit, example = ("SECONDS", 120) if key.endswith("_s") else ("MILLISECONDS", 500)
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"--slo {pair}: expected {key}=MILLISECONDS, e.g. {key}=500") from None
+            raise ValueError(f"--slo {pair}: expected {key}={unit}, e.g. {key}={example}") from None
         if not sep or value <= 0:
-            raise ValueError(f"--slo {pair}: expected {key}=MILLISECONDS > 0, e.g. {key}=500")
+            raise ValueError(f"--slo {pair}: expected {key}={unit} > 0, e.g. {key}={example}")
         values[SLO_KEYS[key]] = value
     return SLO.model_validate(values)
 

@@ -17,7 +17,8 @@ from loadgen.types import SLO, GpuView, LevelSummary, ServerView
 
 
 def latency_limits(slo: SLO) -> LatencyLimits:
-    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms, ttfvt_ms=slo.ttfvt_ms)
+    return LatencyLimits(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, e2e_ms=slo.e2e_ms, ttfvt_ms=slo.ttfvt_ms,
+                         session_s=slo.session_s, step_ttft_ms=slo.step_ttft_ms)
 
 
 def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
@@ -35,8 +36,29 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
         why_invalid=_why_invalid(summary),
         summary_request_per_s=carried.request_per_s,
         kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
+        **_session_latencies(summary),
     )
 
+
+def _session_latencies(summary: LevelSummary) -> dict[str, float | None]:
+    figures = summary.sessions
+    if figures is None:
+        return {}
+    steps = [d.p95 for d in figures.ttft_ms_by_step.values() if d.p95 is not None]
+    return {"session_p95_s": figures.duration_s.p95, "step_ttft_p95_ms": max(steps) if steps else None}
+
+
+def task_level(summary: LevelSummary) -> MeasuredLevel | None:
+    """A level of agent sessions priced per task: its rate is tasks (sessions) a second, its lengths a task's
+    tokens; None when it completed no session (no task to price)."""
+    figures = summary.sessions
+    if figures is None or figures.tokens is None or not figures.per_s:
+        return None
+    level, tokens = level_from_summary(summary), figures.tokens
+    return replace(level, request_per_s=figures.per_s, output_tokens_per_s=figures.per_s * tokens.output_tokens,
+                   input_tokens_per_s=figures.per_s * tokens.input_tokens, mean_input_tokens=tokens.input_tokens,
+                   mean_output_tokens=tokens.output_tokens, num_ok=figures.num_completed,
+                   summary_request_per_s=figures.per_hour / 3600)
 
 def repeated_level(summaries: Sequence[LevelSummary], label: str | None = None) -> MeasuredLevel:
     """Several measurements of one level (its repeats) as one: every figure their mean, the request rate
@@ -93,8 +115,11 @@ def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | N
     if not s.requests.num_ok:
         return None
     latency = s.latency
+    session = _session_latencies(s)
     ratios = [value / limit for value, limit in ((latency.ttft_ms.p95, slo.ttft_ms), (latency.tpot_ms.p95, slo.tpot_ms),
-                                                 (latency.e2e_ms.p95, slo.e2e_ms), (latency.ttfvt_ms.p95, slo.ttfvt_ms))
+                                                 (latency.e2e_ms.p95, slo.e2e_ms), (latency.ttfvt_ms.p95, slo.ttfvt_ms),
+                                                 (session.get("session_p95_s"), slo.session_s),
+                                                 (session.get("step_ttft_p95_ms"), slo.step_ttft_ms))
               if value is not None and limit is not None]
     if not ratios and attainment_target < 1:
         ratios.append((1 - s.throughput.slo_attainment) / (1 - attainment_target))

@@ -23,6 +23,7 @@ from bench.flows.costinputs import (
     measured_levels,
     power_per_gpu,
     repeated_level,
+    task_level,
     token_usage,
     with_power,
 )
@@ -36,9 +37,12 @@ from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
 from costmodel.inputs import Traffic
 from costmodel.prices import PriceCatalog, load_catalog
-from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel
+from costmodel.tasks import decide_tasks
+from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
-from loadgen.types import SLO, LevelSummary
+from loadgen.recorder import read_jsonl
+from loadgen.sessions.figures import pick_lane
+from loadgen.types import SLO, LevelSummary, SessionLane
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
 from reports.ui_overhead import UiLevel, pairs_through_ui
@@ -80,14 +84,15 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
                for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
+    tasks = task_decision(runs, labels, settings, catalog, today or date.today())
     through_ui = _through_ui(runs)
-    report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes)
+    report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes, tasks)
                         for run, label in zip(runs, labels, strict=True))
     report_input = ReportInput(
         decision=decision, runs=report_runs, cost_curve=monthly_cost_curve(decision),
         settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
         price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
-        cache_hit_source=cache_hit_source)
+        cache_hit_source=cache_hit_source, tasks=tasks)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
 
@@ -185,8 +190,40 @@ def read_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Ru
     return runs, skipped
 
 
+def task_decision(runs: Sequence[Run], labels: Sequence[str], settings: DecisionSettings, catalog: PriceCatalog,
+                  today: date) -> TaskDecision | None:
+    """Runs of agent sessions priced per task (costmodel.tasks); None when no run has a session that completed.
+    A task's tokens are pooled over the levels, each level weighed by the sessions it completed."""
+    engines, pooled = [], []
+    for run, label in zip(runs, labels, strict=True):
+        measured = _measured(run)
+        levels = tuple(level for s in measured if (level := task_level(s)) is not None)
+        if levels:
+            engines.append(EngineLevels(label, levels))
+        pooled += [(s.sessions.tokens, s.sessions.num_completed) for s in measured
+                   if s.sessions is not None and s.sessions.tokens is not None]
+    if not engines:
+        return None
+    weight = sum(n for _, n in pooled)
+    tokens = TaskTokens(*(sum(getattr(t, name) * n for t, n in pooled) / weight
+                          for name in ("input_tokens", "cached_tokens", "output_tokens")))
+    return decide_tasks(engines, tokens, latency_limits(settings.slo), settings.traffic, settings.pricing,
+                        settings.requirements, catalog, today)
+
+
+def _session_lane(run: Run, tasks: TaskDecision | None) -> SessionLane | None:
+    """One session of the run drawn as a swim lane: from the task operating point's level, else its last level of
+    sessions."""
+    levels = [s.level for s in run.summaries if s.sessions is not None and s.sessions.num_completed]
+    if not levels:
+        return None
+    point = tasks.costs.level if tasks is not None and tasks.costs is not None else None
+    return pick_lane(read_jsonl(run.run_dir / rundir.REQUESTS_FILE), point if point in levels else levels[-1])
+
+
 def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
-               through_ui: dict[str, list[UiLevel]], notes: Sequence[str] = ()) -> ReportRun:
+               through_ui: dict[str, list[UiLevel]], notes: Sequence[str] = (),
+               tasks: TaskDecision | None = None) -> ReportRun:
     """One run as the report shows it, made in one pass from what its directory holds and the decision."""
     info = run.info
     gpus = info.gpu_names
@@ -201,7 +238,7 @@ def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
         ui_levels=_ui_levels(run, through_ui), gpu_names=None if gpus is None else tuple(gpus),
         provenance=_provenance(info), repeated=run.repeated, capacity=run.capacity, dataset=info.dataset,
         workload=_workload_text(info), keep_text=bool(info.scenario and info.scenario.workload.keep_text),
-        bills=_bills(run, decision, catalog), plan=memory_plan(run))
+        bills=_bills(run, decision, catalog), plan=memory_plan(run), session_lane=_session_lane(run, tasks))
 
 
 def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:

@@ -61,6 +61,7 @@ from loadgen.recorder import JsonlWriter
 from loadgen.replay.requests import Replay, check_context, describe, replay_requests
 from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
 from loadgen.sessions.model import SessionSet
+from loadgen.sessions.runner import SessionLevel
 from loadgen.sessions.stream import SessionStream, describe_sessions
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec
 
@@ -285,7 +286,8 @@ def _run_levels(
                 if level.kind != "trace":  # requests a worker was fed but never sent are the next level's first
                     specs = itertools.chain(split.unsent, specs)
             else:
-                level_run = run_level_blocking(ctx, bounds, sessions or level_specs, warmup_specs)
+                level_run = run_level_blocking(ctx, bounds, SessionLevel(sessions) if sessions else level_specs,
+                                               warmup_specs)
             after = machine.snapshot()
             if before and after:
                 level_run = replace(level_run, machine=machine.load_between(before, after, own_processes,

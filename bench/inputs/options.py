@@ -92,7 +92,7 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
 
 
 def _is_sessions(dataset: dict[str, Any] | None) -> bool:
-    from loadgen.sessions.formats import SESSION_FORMATS, is_session_path
+    from loadgen.sessions.detect import SESSION_FORMATS, is_session_path
 
     if dataset is None:
         return False

@@ -4,7 +4,9 @@
   calls failed (a context overflow included), cut otherwise (the level ended first). Durations and calls per
   session are those of the completed sessions: from its first call's send to its last call's end.
 - Sessions per hour: those completed inside the steady window, over the window. Sessions alive: each
-  session's span (first send -> last end) over the window, averaged.
+  session's span (first send -> last end) over the window, averaged. Sessions carried a second (what the cost
+  model prices): sessions alive over the mean duration (Little's law), steadier than counting completions.
+- Tokens per task: means over the completed sessions of their calls' prompt, cached and output tokens.
 - TTFT and input tokens by step: each call's step within its own agent (1, 2-5, 6-20, 21+).
 - Hit rates over prompt tokens (the server's count): implied, the tokens each call's own agent had sent
   before (`implied_cached_tokens`); measured, the server's `cached_tokens`, where it said.
@@ -12,10 +14,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 from loadgen.columns import NONE, LevelColumns
-from loadgen.types import STEP_BUCKETS, Distribution, SessionFigures
+from loadgen.types import STEP_BUCKETS, Distribution, LaneBar, SessionFigures, SessionLane, SessionTokens
 
 
 def session_figures(c: LevelColumns, first: np.ndarray, window: tuple[float, float]) -> SessionFigures | None:
@@ -40,18 +45,41 @@ def session_figures(c: LevelColumns, first: np.ndarray, window: tuple[float, flo
     start, stop = window
     span = max(stop - start, 1e-9)
     overlap = np.maximum(0.0, np.minimum(ended, stop) - np.maximum(began, start))
+    durations = (ended - began)[completed]
+    mean_alive = float(overlap.sum()) / span
+    measured = _rate(k["cached_tokens"], k["prompt_tokens"], inside & ok, none_is_zero=True)
     return SessionFigures(
         num_started=num, num_completed=int(completed.sum()), num_cut=int((~failed & ~completed).sum()),
-        num_failed=int(failed.sum()), duration_s=Distribution.of((ended - began)[completed]),
+        num_failed=int(failed.sum()), duration_s=Distribution.of(durations),
         per_hour=int((completed & (ended >= start) & (ended <= stop)).sum()) / span * 3600,
-        requests_per_session=Distribution.of(calls[completed]), mean_alive=float(overlap.sum()) / span,
+        requests_per_session=Distribution.of(calls[completed]), mean_alive=mean_alive,
         ttft_ms_by_step=_by_step(k["step"], inside & ok, first * 1000),
         input_tokens_by_step=_mean_by_step(k["step"], inside & ok & (k["prompt_tokens"] != NONE), k["prompt_tokens"]),
         implied_hit_rate=_rate(k["implied_cached_tokens"], k["prompt_tokens"], inside & ok),
-        measured_hit_rate=_rate(k["cached_tokens"], k["prompt_tokens"], inside & ok, none_is_zero=True),
+        measured_hit_rate=measured,
         num_context_overflow=c.failures_by_kind.get("context_overflow", 0),
         num_subagent_requests=int(c.is_subagent.sum()) if c.is_subagent is not None else 0,
+        per_s=mean_alive / float(durations.mean()) if durations.size and durations.mean() > 0 else None,
+        tokens=_task_tokens(c, ids, inside, completed, cached_measured=measured is not None),
     )
+
+
+def _task_tokens(c: LevelColumns, ids: np.ndarray, inside: np.ndarray, completed: np.ndarray,
+                 cached_measured: bool) -> SessionTokens | None:
+    """Means over the completed sessions of their calls' tokens; cached as the server said where it said it for
+    any call of the level (a count left out is 0), else as the trace implies."""
+    if not completed.any():
+        return None
+    k = c.counts
+    mine = completed[ids]
+
+    def per_session(name: str) -> float:
+        values = k[name][inside][mine]
+        return float(np.where(values == NONE, 0, values).sum()) / int(completed.sum())
+
+    cached = "cached_tokens" if cached_measured else "implied_cached_tokens"
+    return SessionTokens(per_session("prompt_tokens"), per_session(cached), per_session("output_tokens"),
+                         "measured" if cached_measured else "implied")
 
 
 def _bucket(steps: np.ndarray, low: int, high: int | None) -> np.ndarray:
@@ -80,3 +108,23 @@ def _rate(part: np.ndarray, whole: np.ndarray, which: np.ndarray, none_is_zero: 
     counted = (which if none_is_zero else has_part) & (whole != NONE)
     total = int(whole[counted].sum())
     return int(part[counted & (part != NONE)].sum()) / total if total else None
+
+
+def pick_lane(rows: Iterable[dict[str, Any]], level: str) -> SessionLane | None:
+    """The completed session of `level` with the most agents, then the most calls (the one that shows the most
+    of the rules), from requests.jsonl's rows; None when the level completed none."""
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("level") == level and row.get("session_id") and not row.get("is_warmup"):
+            sessions.setdefault(row["session_id"], []).append(row)
+    done = [calls for calls in sessions.values()
+            if len(calls) == calls[0].get("session_requests") and all(c.get("ok") for c in calls)]
+    if not done:
+        return None
+    calls = max(done, key=lambda c: (len({r["agent"] for r in c}), len(c)))
+    origin = min(r["send_s"] for r in calls)
+    bars = tuple(LaneBar(r["agent"], r["step"], r["send_s"] - origin,
+                         r["send_s"] - origin + r["chunk_times_s"][0] if r.get("chunk_times_s") else None,
+                         (r.get("end_s") or r["send_s"]) - origin, bool(r.get("ok")))
+                 for r in sorted(calls, key=lambda r: r["send_s"]))
+    return SessionLane(level, calls[0]["session_id"], bars)

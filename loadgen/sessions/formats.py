@@ -30,9 +30,9 @@ from typing import Any
 import orjson
 
 from loadgen.replay.formats import DatasetError
+from loadgen.sessions.detect import detect_session_format
 from loadgen.sessions.model import Agent, Call, SessionSet, SessionTrace
 
-SESSION_FORMATS = ("weka", "tracelab", "otel")
 DEFAULT_BLOCK_TOKENS = 64
 CHARS_PER_TOKEN = 4
 
@@ -63,29 +63,6 @@ def read_sessions(path: str | Path, format: str | None = None, block_tokens: int
     if not sessions:
         raise DatasetError(f"{path}: no session in it ({format} format)")
     return SessionSet(path, format, digest, tuple(sessions))
-
-
-def detect_session_format(path: Path, text: str) -> str | None:
-    """weka, tracelab or otel from the first object; None when it is none of them."""
-    head = text.lstrip()
-    try:
-        first: Any = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        try:
-            first = orjson.loads(head.splitlines()[0]) if head else None
-        except orjson.JSONDecodeError:
-            return None
-    if isinstance(first, list) and first:
-        first = first[0]
-    if not isinstance(first, dict):
-        return None
-    if "requests" in first and ("block_size" in first or "id" in first):
-        return "weka"
-    if "session_id" in first and "round_index" in first:
-        return "tracelab"
-    if {"resourceSpans", "resource_spans", "traceId", "trace_id"} & first.keys():
-        return "otel"
-    return None
 
 
 def _json_objects(file: Path, text: str) -> list[tuple[str, Any]]:
@@ -375,15 +352,3 @@ def _message_blocks(span: dict[str, Any], block: int) -> tuple[int, ...]:
             ids.append(name * 4096 + len(ids) % 4096)
     return tuple(ids)
 
-
-def is_session_path(path: str | Path) -> bool:
-    """Whether `--dataset` names a session dataset, from a directory's first file or a file's head."""
-    path = Path(path)
-    if path.is_dir():
-        first = next(iter(sorted(p for p in path.iterdir() if p.suffix == ".json")), None)
-        return first is not None and detect_session_format(first, first.read_text(errors="replace")) is not None
-    if not path.is_file():
-        return False
-    with path.open("rb") as file:
-        head = file.read(1 << 20).decode("utf-8-sig", errors="replace")
-    return detect_session_format(path, head) is not None

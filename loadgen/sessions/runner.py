@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from loadgen.arrivals import arrival_offsets
 from loadgen.client import Session, send_request
-from loadgen.runner import TIMER_SLACK_S, LevelBounds, LevelContext, _finish, _spin_until
+from loadgen.runner import TIMER_SLACK_S, DrivenLevel, LevelBounds, LevelContext, _finish, _spin_until
 from loadgen.sessions.prompts import AgentPrompts
 from loadgen.sessions.schedule import AgentPlan, Step
 from loadgen.sessions.stream import SessionRun, SessionStream
@@ -58,12 +58,18 @@ class LevelState:
         return not self.over()
 
 
-async def run_sessions(ctx: LevelContext, http: Session, bounds: LevelBounds, stream: SessionStream) -> None:
-    state = LevelState(ctx, bounds, stream, http)
-    if ctx.level.kind == "concurrency":
-        await _sessions_alive(state, ctx.num_users)
-    else:
-        await _sessions_arriving(state)
+@dataclass
+class SessionLevel(DrivenLevel):
+    """A level of agent sessions, taken from the run's stream."""
+
+    stream: SessionStream
+
+    async def drive(self, ctx: LevelContext, http: Session, bounds: LevelBounds) -> None:
+        state = LevelState(ctx, bounds, self.stream, http)
+        if ctx.level.kind == "concurrency":
+            await _sessions_alive(state, ctx.num_users)
+        else:
+            await _sessions_arriving(state)
 
 
 async def _sessions_alive(state: LevelState, num_users: int) -> None:

@@ -17,6 +17,7 @@ from loadgen.metrics import summarize
 from loadgen.recorder import JsonlWriter, read_records
 from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
 from loadgen.sessions.formats import read_sessions
+from loadgen.sessions.runner import SessionLevel
 from loadgen.sessions.stream import SessionStream
 from loadgen.types import RequestRecord
 from loadgen.workload import LengthDistribution, Workload
@@ -53,7 +54,8 @@ def run_sessions_level(scripted, path: Path, out: Path, level: Level, bounds: Le
     with JsonlWriter(out) as writer:
         ctx = LevelContext("test", "scripted", level, ClientOptions(scripted.base_url, "scripted"), writer,
                            keep_text=True)
-        run_level_blocking(ctx, bounds, stream, iter_requests(Workload(input_tokens=LengthDistribution(value=8))))
+        run_level_blocking(ctx, bounds, SessionLevel(stream),
+                           iter_requests(Workload(input_tokens=LengthDistribution(value=8))))
     return [r for r in read_records(out) if not r.is_warmup]
 
 
@@ -164,7 +166,7 @@ def test_sessions_arrive_at_a_rate_and_a_call_past_the_context_fails_its_session
     with JsonlWriter(tmp_path / "r.jsonl") as writer:
         ctx = LevelContext("test", "scripted", Level("rate", 20.0), ClientOptions(scripted.base_url, "scripted"),
                            writer)
-        run_level_blocking(ctx, LevelBounds(duration_s=1.0), stream,
+        run_level_blocking(ctx, LevelBounds(duration_s=1.0), SessionLevel(stream),
                            iter_requests(Workload(input_tokens=LengthDistribution(value=8))))
     records = [r for r in read_records(tmp_path / "r.jsonl") if not r.is_warmup]
     firsts = sorted(r.scheduled_s for r in records if r.scheduled_s is not None)
