@@ -47,9 +47,34 @@ def decide_tasks(engines: Sequence[EngineLevels], tokens: TaskTokens, slo: Laten
     decision = decide(engines, slo, as_tasks, pricing, requirements, catalog, today)
     best = decision.best
     if best is None or best.operating_point is None:
-        return TaskDecision(decision, None, ("No level of sessions met the SLO: no cost per task to give.",))
+        return TaskDecision(decision, None, tuple(decision.verdict.lines), "undecided",
+                            "No level of sessions met the SLO: no cost per task to give.")
     costs = _costs(best, tokens, monthly_tasks, decision.pricing.assumptions.gpus_per_replica)
-    return TaskDecision(decision, costs, tuple(_lines(costs, decision)))
+    answer, headline = _headline(costs, decision)
+    return TaskDecision(decision, costs, tuple(_lines(costs, decision)), answer, headline)
+
+
+def _headline(costs: TaskCosts, decision: Decision) -> tuple[str, str]:
+    """The answer in tasks, against the provider the decision compares with: the requirements first (they
+    decide whatever the cost), then the cheaper side at the traffic's volume, else where the crossover is."""
+    compared = next((p for p in costs.providers if decision.compared_to and p.id == decision.compared_to.id), None)
+    self_task = usd(costs.usd_per_task)
+    if decision.verdict.answer == "self-host-required":
+        return "self-host-required", f"Self-host (required): {self_task} per task at {costs.level}."
+    if compared is None:
+        return "undecided", f"Self-hosting costs {self_task} per task; there is no provider price to compare it with."
+    per_task = f"{usd(compared.usd_per_task)} per task at {compared.id} against {self_task} self-hosted"
+    if costs.monthly_tasks and costs.self_usd_per_month is not None and compared.monthly_usd is not None:
+        volume = f"{costs.monthly_tasks:,.0f} tasks/month"
+        if costs.self_usd_per_month < compared.monthly_usd:
+            return "self-host", (f"Self-host: {usd(costs.self_usd_per_month)}/month against "
+                                 f"{usd(compared.monthly_usd)}/month at {compared.id} for {volume} ({per_task}).")
+        return "pay-per-token", (f"Pay per token: {usd(compared.monthly_usd)}/month at {compared.id} against "
+                                 f"{usd(costs.self_usd_per_month)}/month to self-host {volume} ({per_task}).")
+    if compared.crossover_tasks is None:
+        return "pay-per-token", f"Pay per token at any volume: {per_task}."
+    return "depends-on-volume", (f"Depends on volume: self-hosting is cheaper above {compared.crossover_tasks:,.0f} "
+                                 f"tasks/month ({per_task}).")
 
 
 def _costs(best: CostResult, tokens: TaskTokens, monthly_tasks: float | None, gpus: int) -> TaskCosts:
@@ -70,29 +95,26 @@ def _costs(best: CostResult, tokens: TaskTokens, monthly_tasks: float | None, gp
 
 def _lines(costs: TaskCosts, decision: Decision) -> list[str]:
     t = costs.tokens
+    how = "as the server reported" if t.cached_from == "measured" else \
+        "as the trace implies: the server did not report its cached tokens"
     lines = [f"A task (one session) sends {t.input_tokens:,.0f} input tokens over its calls, {t.cached_share:.0%} of "
-             f"them cached, and gets {t.output_tokens:,.0f} output tokens back (reasoning included)."]
+             f"them cached ({how}), and gets {t.output_tokens:,.0f} output tokens back (reasoning included)."]
     if costs.usd_per_task is not None:
-        lines.append(f"Self-hosted ({costs.engine} on {decision.pricing.gpu_label}): {_usd(costs.usd_per_task)} per "
+        lines.append(f"Self-hosted ({costs.engine} on {decision.pricing.gpu_label}): {usd(costs.usd_per_task)} per "
                      f"task at {costs.level} ({costs.sessions_alive:g} sessions alive), "
-                     f"{costs.tasks_per_hour_per_gpu:,.1f} tasks an hour per GPU; {_usd(costs.usd_per_m_tokens)} "
+                     f"{costs.tasks_per_hour_per_gpu:,.1f} tasks an hour per GPU; {usd(costs.usd_per_m_tokens)} "
                      "per 1M of a task's tokens.")
-    for p in costs.providers:
+    compared = next((p for p in costs.providers if decision.compared_to and p.id == decision.compared_to.id), None)
+    if compared is not None:
+        p = compared
         cross = (f"self-hosting is cheaper from {p.crossover_tasks:,.0f} tasks a month" if p.crossover_tasks
-                 else f"no crossover ({p.crossover_reason})" if p.crossover_reason else "no crossover")
-        lines.append(f"{p.id}: {_usd(p.usd_per_task)} per task, its calls' input priced cached and uncached at the "
-                     f"measured share; {cross}.")
+                 else f"no crossover: {p.crossover_reason}" if p.crossover_reason else "no crossover")
+        lines.append(f"{p.id} (the cheapest host compared): {usd(p.usd_per_task)} per task, each call's input "
+                     f"priced cached and uncached at the measured share; {cross}. Every host is in the table.")
     if costs.monthly_tasks and costs.self_usd_per_month is not None:
         compared = decision.compared_to
         api = f" against {usd(compared.monthly_usd)} at {compared.id}" if compared and compared.monthly_usd else ""
         lines.append(f"At {costs.monthly_tasks:,.0f} tasks a month: self-hosting {usd(costs.self_usd_per_month)} a "
                      f"month{api}.")
     return lines
-
-
-def _usd(value: float | None) -> str:
-    """Per-task amounts are cents or less: four significant figures."""
-    if value is None:
-        return "n/a"
-    return f"${value:,.2f}" if value >= 100 else f"${value:.4g}"
 

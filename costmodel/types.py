@@ -438,6 +438,7 @@ class TaskTokens:
     input_tokens: float
     cached_tokens: float
     output_tokens: float
+    cached_from: str = "measured"  # measured (the server's cached_tokens), or implied (the trace's own reuse)
 
     @property
     def total(self) -> float:
@@ -478,3 +479,5 @@ class TaskDecision:
     decision: Decision  # the decision with tasks as its requests
     costs: TaskCosts | None  # None: no level of sessions met the SLO
     lines: tuple[str, ...]
+    answer: str = "undecided"  # as Verdict.answer
+    headline: str = ""

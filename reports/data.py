@@ -83,9 +83,38 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
                                      (*decision.pricing.providers, *decision.pricing.references)],
                        "files": list(inp.price_origins)},
         "runs": [_provenance(run) for run in runs],
+        "agent_sessions": _agent_sessions(inp),
         "skipped_runs": list(inp.skipped),
         "caveats": CAVEATS,
     })
+
+
+def _agent_sessions(inp: ReportInput) -> dict[str, Any] | None:
+    """Runs of agent sessions: each level session by session, one session's lane, and the answer in tasks (cost
+    per task beside cost per 1M tokens)."""
+    runs = [run for run in inp.runs if any(s.sessions is not None for s in run.summaries)]
+    if not runs:
+        return None
+    tasks = inp.tasks
+    per_task = {(r.engine, c.label): c for r in tasks.decision.results for c in r.levels} if tasks else {}
+    engines = []
+    for run in runs:
+        levels = [{"label": s.level, "kind": s.kind, "load": s.target, **asdict(s.sessions),
+                   "step_ttft_p95_ms": {k: v.p95 for k, v in s.sessions.ttft_ms_by_step.items()},
+                   "task_cost": per_task.get((run.label, s.level))}
+                  for s in run.summaries if s.sessions is not None]
+        engines.append({"engine": run.label, "levels": levels,
+                        "lane": asdict(run.session_lane) if run.session_lane else None})
+    options = []
+    if tasks is not None and tasks.costs is not None:
+        c = tasks.costs
+        options.append({"label": f"Self-hosted: {c.engine} at {c.level}", "usd_per_task": c.usd_per_task,
+                        "usd_per_m_tokens": c.usd_per_m_tokens, "monthly_usd": c.self_usd_per_month})
+        per_m = 1e6 / c.tokens.total if c.tokens.total else None
+        options += [{"label": p.id, "usd_per_task": p.usd_per_task, "monthly_usd": p.monthly_usd,
+                     "usd_per_m_tokens": p.usd_per_task * per_m if per_m else None} for p in c.providers]
+    return {"engines": engines, "tasks": {"answer": tasks.answer, "headline": tasks.headline, "lines": list(tasks.lines),
+                                          "costs": tasks.costs, "options": options} if tasks is not None else None}
 
 
 def _price_row(row: Any) -> dict[str, Any] | None:

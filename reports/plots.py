@@ -289,6 +289,59 @@ def power_plot(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def agent_sessions_plot(data: dict[str, Any]) -> bytes | None:
+    """Agent sessions: p95 TTFT by step (later steps send longer contexts) and session durations against load."""
+    sessions = data.get("agent_sessions")
+    if not sessions:
+        return None
+    fig, (step_ax, time_ax) = plt.subplots(1, 2, figsize=(SIZE[0] * 1.25, SIZE[1]))
+    colors = iter(_colors() * 4)
+    for engine in sessions["engines"]:
+        for lv in engine["levels"]:
+            buckets = [(k, v) for k, v in lv["step_ttft_p95_ms"].items() if v is not None]
+            step_ax.plot([k for k, _ in buckets], [v for _, v in buckets], "o-", color=next(colors),
+                         label=f"{engine['engine']} {lv['label']}")
+        done = sorted((lv for lv in engine["levels"] if lv["duration_s"]["p50"] is not None),
+                      key=lambda lv: lv["load"])
+        for stat, style in (("p50", ":"), ("p95", "-")):
+            time_ax.plot([lv["load"] for lv in done], [lv["duration_s"][stat] for lv in done], "o" + style,
+                         label=f"{engine['engine']} {stat}")
+    step_ax.set_title("p95 TTFT by step of an agent")
+    step_ax.set_xlabel("step")
+    step_ax.set_ylabel("ms")
+    time_ax.set_title("Session duration (completed sessions)")
+    time_ax.set_xlabel("sessions alive (or starting per second)")
+    time_ax.set_ylabel("s")
+    for ax in (step_ax, time_ax):
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def session_lane_plot(data: dict[str, Any]) -> bytes | None:
+    """One session as a swim lane: a lane per agent, a bar per call (dark up to its first token), the gaps
+    between bars the tools' waits; subagents run in lanes of their own beside the main agent."""
+    sessions = data.get("agent_sessions")
+    lane = next((e["lane"] for e in sessions["engines"] if e["lane"]), None) if sessions else None
+    if lane is None:
+        return None
+    agents = list(dict.fromkeys(bar["agent"] for bar in lane["bars"]))
+    fig, ax = plt.subplots(figsize=(SIZE[0] * 1.25, 0.8 + 0.45 * len(agents)))
+    for bar in lane["bars"]:
+        y = agents.index(bar["agent"])
+        first = bar["first_token_s"] if bar["first_token_s"] is not None else bar["end_s"]
+        ax.barh(y, first - bar["send_s"], left=bar["send_s"], height=0.6, color="#3b6ea5")
+        ax.barh(y, bar["end_s"] - first, left=first, height=0.6, color="#9cc0e6" if bar["ok"] else "#d62728")
+        ax.text(bar["send_s"], y + 0.38, str(bar["step"]), fontsize=6)
+    ax.set_yticks(range(len(agents)), agents)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the session's first call (dark: waiting for the first token; gaps: tools)")
+    ax.set_title(f"Session {lane['session_id']} at {lane['level']}")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)
+
+
 def _signed(value: float) -> str:
     return ("-" if value < 0 else "+") + _money(abs(value))
 
@@ -301,6 +354,8 @@ PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], bytes | None]]] = {
     "sensitivity": ("Sensitivity of the monthly saving to each assumption", sensitivity_plot),
     "interactivity": ("Throughput per GPU and cost per 1M tokens vs output tokens/s per user", interactivity_plot),
     "power": ("GPU power and utilization vs load", power_plot),
+    "agent_sessions": ("Agent sessions: TTFT by step, and session durations vs load", agent_sessions_plot),
+    "session_lane": ("One agent session, call by call", session_lane_plot),
 }
 
 

@@ -46,7 +46,8 @@ def test_report_of_a_real_sweep_puts_the_verdict_first_and_every_figure_in_json(
         assert level["cost"]["usd_per_request"] == pytest.approx(price / (3600 * r))
         per_m_output = price * 1e6 / (3600 * summary.throughput.output_tokens_per_s)
         assert level["cost"]["usd_per_m_output_tokens"] == pytest.approx(per_m_output)
-    assert {p["name"] for p in data["plots"]} == set(PLOTS) - {"power"}  # no GPU was read on this machine
+    # No GPU was read on this machine, and the workload is not agent sessions
+    assert {p["name"] for p in data["plots"]} == set(PLOTS) - {"power", "agent_sessions", "session_lane"}
     assert all((tmp_path / p["file"]).is_file() for p in data["plots"])
     assert {"llama-3.1-8b", "together/h100-sxm/on-demand"} <= set(re.findall(r"[a-z0-9./-]+", html))
     assert "older than 90 days" in html  # the shipped prices are dated, and they are old
@@ -57,7 +58,8 @@ def test_the_html_is_self_contained_and_every_plot_is_a_non_blank_png(complete_r
     assert not re.search(r'(src|href)="(?!data:)', html), "nothing may load from outside the file"
     assert "<script" not in html and "<link" not in html
     images = images_of(html)
-    assert set(images) == set(PLOTS) - {"power"}  # drawn only where GPUs were read (tests/gpu)
+    # Power drawn only where GPUs were read (tests/gpu); agent sessions only for them (tests/e2e/test_agent_sessions)
+    assert set(images) == set(PLOTS) - {"power", "agent_sessions", "session_lane"}
     for name, png in images.items():
         pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
         assert pixels.shape[0] > 200 and pixels.shape[1] > 400, name

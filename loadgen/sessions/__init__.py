@@ -1,0 +1,1 @@
+"""Agent sessions: datasets, the replay rules, the level that runs them and its figures."""
