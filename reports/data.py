@@ -113,8 +113,9 @@ def _agent_sessions(inp: ReportInput) -> dict[str, Any] | None:
         per_m = 1e6 / c.tokens.total if c.tokens.total else None
         options += [{"label": p.id, "usd_per_task": p.usd_per_task, "monthly_usd": p.monthly_usd,
                      "usd_per_m_tokens": p.usd_per_task * per_m if per_m else None} for p in c.providers]
-    return {"engines": engines, "tasks": {"answer": tasks.answer, "headline": tasks.headline, "lines": list(tasks.lines),
-                                          "costs": tasks.costs, "options": options} if tasks is not None else None}
+    said = {"answer": tasks.answer, "headline": tasks.headline, "lines": list(tasks.lines), "costs": tasks.costs,
+            "options": options} if tasks is not None else None
+    return {"engines": engines, "tasks": said}
 
 
 def _price_row(row: Any) -> dict[str, Any] | None:
