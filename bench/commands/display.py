@@ -109,6 +109,25 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
     return table
 
 
+def sessions_table(summaries: list[LevelSummary], title: str = "agent sessions") -> Table:
+    """Each level of agent sessions, session by session: how many ended how, how long, how many an hour, TTFT by
+    step, and the prefix-cache hit rate the trace implies beside the one the server reported."""
+    table = Table(title=title)
+    columns = ["engine", "level", "sessions", "completed/cut/failed", "duration p50/p95 s", "per hour", "alive",
+               "TTFT p95 by step ms", "hit rate implied/measured"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("engine", "level") else "right")
+    for s in summaries:
+        f = s.sessions
+        if f is None:
+            continue
+        steps = " / ".join(_fmt(d.p95, 0) for d in f.ttft_ms_by_step.values())
+        table.add_row(s.engine, s.level, str(f.num_started), f"{f.num_completed}/{f.num_cut}/{f.num_failed}",
+                      f"{_fmt(f.duration_s.p50, 1)}/{_fmt(f.duration_s.p95, 1)}", _fmt(f.per_hour, 0),
+                      _fmt(f.mean_alive, 1), steps, f"{share(f.implied_hit_rate)}/{share(f.measured_hit_rate)}")
+    return table
+
+
 def repeats_table(repeated: list[RepeatedLevel], title: str = "levels measured more than once") -> Table:
     """Each repeated level: the mean of its repeats with the 95 % interval, and the values themselves."""
     table = Table(title=title)

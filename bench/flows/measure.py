@@ -188,6 +188,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         repeats_table,
         replica_view_table,
         server_view_table,
+        sessions_table,
         summary_table,
     )
 
@@ -196,6 +197,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
     summaries = [s for result in outcome.results for s in result.summaries]
     if summaries:
         console.print(summary_table(summaries, title=title))
+    if any(s.sessions is not None for s in summaries):
+        console.print(sessions_table(summaries))
     repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
     if repeated:
         console.print(repeats_table(repeated))

@@ -185,8 +185,9 @@ def test_bench_sweep_replays_the_shipped_agent_scenario_and_says_what_a_session_
                                                                                         tmp_path) -> None:
     scripted.set_script(ttft_ms=5, itl_ms=1)
     result = bench(*sweep_args(scripted, tmp_path / "runs", "--scenario", "agent", "--concurrency", "4",
-                               "--sessions", "4", "--max-think-s", "0.2", "--no-report"), timeout=120)
+                               "--sessions", "4", "--max-think-s", "0.2"), timeout=120)
     assert result.returncode == 0, result.stderr
+    assert "agent sessions" in result.stdout and "hit rate implied/measured" in result.stdout
     run_dir = only_run_dir(tmp_path / "runs")
     (summary,) = json.loads((run_dir / "summary.json").read_text())
     assert summary["sessions"]["num_completed"] >= 4
@@ -194,6 +195,13 @@ def test_bench_sweep_replays_the_shipped_agent_scenario_and_says_what_a_session_
     assert run["dataset"]["format"] == "weka" and run["dataset"]["num_entries"] == 4
     rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
     assert all(r["session_id"] and r["agent"] and r["step"] for r in rows if not r["is_warmup"])
+    report = json.loads((run_dir / "report.json").read_text())
+    sessions = report["agent_sessions"]
+    tasks = sessions["tasks"]
+    assert tasks["costs"]["usd_per_task"] > 0 and tasks["costs"]["tasks_per_hour_per_gpu"] > 0
+    assert tasks["headline"] in (run_dir / "report.md").read_text() and "per task" in tasks["headline"]
+    assert sessions["engines"][0]["lane"]["bars"] and {"agent_sessions", "session_lane"} <= {
+        p["name"] for p in report["plots"]}
 
     data = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "agent.tracelab.jsonl"
     refused = bench(*sweep_args(scripted, tmp_path / "none", "--dataset", str(data), "--no-report"))
