@@ -170,7 +170,7 @@ def _ms(value: float | None) -> str:
 @app.command()
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
-    from bench.commands.display import capacity_line, repeats_table, server_view_table, summary_table
+    from bench.commands.display import capacity_line, repeats_table, server_view_table, sessions_table, summary_table
     from bench.run.rundir import RunDirError, read_run, write_summaries
 
     try:
@@ -181,12 +181,15 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         fail(f"{run_dir}: no requests.jsonl; the sweep ended before any request finished")
     write_summaries(run_dir, list(run.summaries))
     console.print(summary_table(list(run.summaries), title=str(run_dir)))
+    sessions = any(s.sessions is not None for s in run.summaries)
+    if sessions:
+        console.print(sessions_table(list(run.summaries)))
     if run.repeated:
         console.print(repeats_table(list(run.repeated)))
     if run.server_views:
         console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {run_dir.name}"))
     if run.capacity is not None:
-        console.print(capacity_line(run.capacity), highlight=False)
+        console.print(capacity_line(run.capacity, sessions), highlight=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)

@@ -75,9 +75,11 @@ class RichSweepProgress:
             self.progress.console.print(line, highlight=False)
 
 
-def capacity_line(capacity: dict[str, Any]) -> str:
-    """`capacity: 61 users (lowest failing 64; within 5 % ...; 9 probes)`, from capacity.json."""
-    unit = "users" if capacity["kind"] == "concurrency" else "requests/s"
+def capacity_line(capacity: dict[str, Any], sessions: bool = False) -> str:
+    """`capacity: 61 users (lowest failing 64; within 5 % ...; 9 probes)`, from capacity.json; of agent sessions,
+    in sessions alive (or starting a second)."""
+    units = ("sessions alive", "sessions/s") if sessions else ("users", "requests/s")
+    unit = units[0] if capacity["kind"] == "concurrency" else units[1]
     repeats = capacity["repeats"]
     probes = sum(r["num_probes"] for r in repeats)
     if capacity["capacity"] is None:

@@ -213,7 +213,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         if run.replica_views:
             console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}"))
         if run.capacity is not None:
-            console.print(capacity_line(run.capacity), highlight=False)
+            console.print(capacity_line(run.capacity, any(s.sessions is not None for s in run.summaries)),
+                          highlight=False)
         console.print(f"run directory: {result.run_dir}")
     if write_reports and outcome.results:
         _write_reports([result.run_dir for result in outcome.results], out)

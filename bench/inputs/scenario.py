@@ -72,7 +72,7 @@ class DecisionSettings(BaseModel):
                        hours_per_month: float | None = None, ops_usd_per_month: float | None = None,
                        gpu_pricing: str | None = None, headroom: float | None = None,
                        spare_replicas: int | None = None, cache_hit_rate: float | None = None,
-                       uses_batch_api: bool | None = None) -> DecisionSettings:
+                       uses_batch_api: bool | None = None, monthly_tasks: float | None = None) -> DecisionSettings:
         """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
         price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
         pricing: dict[str, object] = {}
@@ -86,8 +86,8 @@ class DecisionSettings(BaseModel):
         traffic: dict[str, object] = (self.traffic or Traffic()).model_dump()
         if monthly_tokens is not None:
             traffic.update(monthly_tokens=monthly_tokens, monthly_input_tokens=None, monthly_output_tokens=None)
-        traffic.update({k: v for k, v in (("cache_hit_rate", cache_hit_rate), ("uses_batch_api", uses_batch_api))
-                        if v is not None})
+        traffic.update({k: v for k, v in (("cache_hit_rate", cache_hit_rate), ("uses_batch_api", uses_batch_api),
+                                          ("monthly_tasks", monthly_tasks)) if v is not None})
         if peak_to_average is not None or hours_per_month is not None:
             traffic.update(hourly_profile=None, days_per_month=None)
             traffic.update({k: v for k, v in (("peak_to_average", peak_to_average),
