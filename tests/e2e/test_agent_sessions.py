@@ -235,3 +235,66 @@ def test_on_the_reference_engine_the_measured_hit_rate_is_within_5_points_of_the
     print(f"\nimplied {figures['implied_hit_rate']:.3f}, measured {figures['measured_hit_rate']:.3f}")
     assert figures["num_completed"] >= 3 and figures["implied_hit_rate"] > 0.6
     assert abs(figures["measured_hit_rate"] - figures["implied_hit_rate"]) < 0.05
+
+
+def test_synthetic_agents_and_an_otel_export_are_replayed_and_split_workers_are_refused(scripted, tmp_path) -> None:
+    scripted.set_script(ttft_ms=2, itl_ms=1)
+    result = bench(*sweep_args(scripted, tmp_path / "synthetic", "--workload", "agent", "--concurrency", "3",
+                               "--sessions", "3", "--max-think-s", "0.05", "--no-report"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    (summary,) = json.loads((only_run_dir(tmp_path / "synthetic") / "summary.json").read_text())
+    assert summary["sessions"]["num_completed"] >= 3 and summary["sessions"]["implied_hit_rate"] > 0.5
+    run = json.loads((only_run_dir(tmp_path / "synthetic") / "run.json").read_text())
+    assert run["dataset"]["format"] == "agent" and run["dataset"]["num_entries"] == 64
+
+    data = Path(__file__).resolve().parents[2] / "scenarios" / "data"
+    result = bench(*sweep_args(scripted, tmp_path / "otel", "--dataset", str(data / "agent.otel.json"),
+                               "--concurrency", "2", "--sessions", "2", "--no-report"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (only_run_dir(tmp_path / "otel") / "requests.jsonl").read_text().splitlines()]
+    spans = read_sessions(data / "agent.otel.json").sessions
+    calls = {s.session_id: [c.input_tokens for c in s.main.calls] for s in spans}
+    sent = {}
+    for r in sorted((r for r in rows if not r["is_warmup"]), key=lambda r: r["step"]):
+        sent.setdefault(r["session_id"], []).append(r["prompt_tokens"])
+    assert any(sent.get(trace) == inputs for trace, inputs in calls.items())  # the scripted server counts words
+
+    refused = bench(*sweep_args(scripted, tmp_path / "workers", "--scenario", "agent", "--concurrency", "2",
+                                "--workers", "2", "--no-report"))
+    assert refused.returncode == 2 and "agent sessions run in one client process" in refused.stderr
+
+
+def test_a_killed_sessions_run_resumes_with_sessions_and_request_ids_it_never_used(scripted, tmp_path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from tests.bench.test_cli import BENCH
+
+    scripted.set_script(ttft_ms=5, itl_ms=2)
+    out = tmp_path / "runs"
+    args = sweep_args(scripted, out, "--scenario", "agent", "--concurrency", "2,3", "--duration", "3",
+                      "--max-think-s", "0.1", "--no-report")
+    process = subprocess.Popen([*BENCH, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            files = list(out.glob("*/requests.jsonl"))
+            text = files[0].read_text().replace(" ", "") if files else ""
+            if '"level":"c3"' in text and '"is_warmup":false' in text.split('"level":"c3"', 1)[1]:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        process.kill()
+    run_dir = only_run_dir(out)
+    before = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    started = {r["session_id"] for r in before if r.get("session_id")}
+    result = bench("sweep", "--resume", str(run_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+    after = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    again = [r for r in after if r["level"] == "c3" and not r["is_warmup"]]
+    assert again and not {r["session_id"] for r in again} & started  # no session replayed as it was
+    ids = [r["request_id"] for r in after if not r["is_warmup"]]
+    assert len(ids) == len(set(ids))
