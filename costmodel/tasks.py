@@ -112,7 +112,6 @@ def _lines(costs: TaskCosts, decision: Decision) -> list[str]:
         lines.append(f"{p.id} (the cheapest host compared): {usd(p.usd_per_task)} per task, each call's input "
                      f"priced cached and uncached at the measured share; {cross}. Every host is in the table.")
     if costs.monthly_tasks and costs.self_usd_per_month is not None:
-        compared = decision.compared_to
         api = f" against {usd(compared.monthly_usd)} at {compared.id}" if compared and compared.monthly_usd else ""
         lines.append(f"At {costs.monthly_tasks:,.0f} tasks a month: self-hosting {usd(costs.self_usd_per_month)} a "
                      f"month{api}.")

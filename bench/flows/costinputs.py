@@ -36,16 +36,17 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
         why_invalid=_why_invalid(summary),
         summary_request_per_s=carried.request_per_s,
         kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
-        **_session_latencies(summary),
+        session_p95_s=_session_latencies(summary)[0], step_ttft_p95_ms=_session_latencies(summary)[1],
     )
 
 
-def _session_latencies(summary: LevelSummary) -> dict[str, float | None]:
+def _session_latencies(summary: LevelSummary) -> tuple[float | None, float | None]:
+    """Agent sessions: the p95 of a completed session's duration, and the worst step bucket's p95 TTFT."""
     figures = summary.sessions
     if figures is None:
-        return {}
+        return None, None
     steps = [d.p95 for d in figures.ttft_ms_by_step.values() if d.p95 is not None]
-    return {"session_p95_s": figures.duration_s.p95, "step_ttft_p95_ms": max(steps) if steps else None}
+    return figures.duration_s.p95, max(steps) if steps else None
 
 
 def task_level(summary: LevelSummary) -> MeasuredLevel | None:
@@ -115,11 +116,10 @@ def slo_margin(s: LevelSummary, slo: SLO, attainment_target: float) -> float | N
     if not s.requests.num_ok:
         return None
     latency = s.latency
-    session = _session_latencies(s)
+    session_p95_s, step_ttft_p95_ms = _session_latencies(s)
     ratios = [value / limit for value, limit in ((latency.ttft_ms.p95, slo.ttft_ms), (latency.tpot_ms.p95, slo.tpot_ms),
                                                  (latency.e2e_ms.p95, slo.e2e_ms), (latency.ttfvt_ms.p95, slo.ttfvt_ms),
-                                                 (session.get("session_p95_s"), slo.session_s),
-                                                 (session.get("step_ttft_p95_ms"), slo.step_ttft_ms))
+                                                 (session_p95_s, slo.session_s), (step_ttft_p95_ms, slo.step_ttft_ms))
               if value is not None and limit is not None]
     if not ratios and attainment_target < 1:
         ratios.append((1 - s.throughput.slo_attainment) / (1 - attainment_target))

@@ -205,10 +205,13 @@ def task_decision(runs: Sequence[Run], labels: Sequence[str], settings: Decision
     if not engines:
         return None
     weight = sum(n for _, n in pooled)
-    measured = all(t.cached_from == "measured" for t, _ in pooled)
-    tokens = TaskTokens(*(sum(getattr(t, name) * n for t, n in pooled) / weight
-                          for name in ("input_tokens", "cached_tokens", "output_tokens")),
-                        cached_from="measured" if measured else "implied")
+
+    def mean(name: str) -> float:
+        return sum(getattr(t, name) * n for t, n in pooled) / weight
+
+    said = all(t.cached_from == "measured" for t, _ in pooled)  # the server's own cached counts, every level
+    tokens = TaskTokens(mean("input_tokens"), mean("cached_tokens"), mean("output_tokens"),
+                        cached_from="measured" if said else "implied")
     return decide_tasks(engines, tokens, latency_limits(settings.slo), settings.traffic, settings.pricing,
                         settings.requirements, catalog, today)
 

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from loadgen.replay.formats import DatasetError
-from loadgen.sessions.detect import detect_session_format
+from loadgen.sessions.detect import SESSION_FORMATS, detect_session_format
 from loadgen.sessions.model import Agent, Call, SessionSet, SessionTrace
 
 DEFAULT_BLOCK_TOKENS = 64
@@ -47,22 +47,27 @@ def read_sessions(path: str | Path, format: str | None = None, block_tokens: int
         raise DatasetError(f"--dataset {path}: the directory holds no .json file (one Weka session each)")
     texts = [(f, f.read_bytes()) for f in files]
     digest = hashlib.sha256(b"".join(raw for _, raw in texts)).hexdigest()
-    format = format or detect_session_format(path, texts[0][1].decode("utf-8-sig", errors="replace"))
+    told = format or detect_session_format(path, texts[0][1].decode("utf-8-sig", errors="replace"))
+    if told is None or told not in SESSION_FORMATS:
+        raise DatasetError(f"{path}: can't tell its session format from its first object; name it with "
+                           "--dataset-format weka|tracelab|otel (weka: {\"id\", \"block_size\", \"requests\"} a "
+                           "session; tracelab: {\"session_id\", \"round_index\", ...} a line; otel: an OTLP export, "
+                           "{\"resourceSpans\": [...]})")
     block = block_tokens or DEFAULT_BLOCK_TOKENS
     sessions: list[SessionTrace] = []
     for file, raw in texts:
         text = raw.decode("utf-8-sig", errors="replace")
         if not text.strip():
-            raise DatasetError(f"{file}: the file is empty (expected {format} sessions)")
-        if format == "weka":
+            raise DatasetError(f"{file}: the file is empty (expected {told} sessions)")
+        if told == "weka":
             sessions += [_weka_session(obj, where, block_tokens) for where, obj in _json_objects(file, text)]
-        elif format == "tracelab":
+        elif told == "tracelab":
             sessions += _tracelab(file, text, block)
         else:
             sessions += _otel(file, text, block)
     if not sessions:
-        raise DatasetError(f"{path}: no session in it ({format} format)")
-    return SessionSet(path, format, digest, tuple(sessions))
+        raise DatasetError(f"{path}: no session in it ({told} format)")
+    return SessionSet(path, told, digest, tuple(sessions))
 
 
 def _json_objects(file: Path, text: str) -> list[tuple[str, Any]]:
@@ -204,14 +209,14 @@ def _count(row: dict[str, Any], name: str, where: str, minimum: int = 1, default
 
 
 def _otel(file: Path, text: str, block: int) -> list[SessionTrace]:
-    spans: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for where, obj in _json_objects(file, text):
         for number, span in enumerate(_spans_in(obj, where), start=1):
             call = _otel_span(span, f"{where}: span {number}")
             if call is not None:
-                spans[call["trace_id"]].append(call)
-    return [_otel_session(trace_id, sorted(calls, key=lambda c: c["start"]), file, block)
-            for trace_id, calls in spans.items()]
+                calls[call["trace_id"]].append(call)
+    return [_otel_session(trace_id, sorted(of_trace, key=lambda c: c["start"]), file, block)
+            for trace_id, of_trace in calls.items()]
 
 
 def _spans_in(obj: Any, where: str) -> list[Any]:
@@ -219,7 +224,7 @@ def _spans_in(obj: Any, where: str) -> list[Any]:
         return [obj]
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected an OTLP export ({{\"resourceSpans\": [...]}}) or a span")
-    spans = []
+    spans: list[Any] = []
     for resource in obj.get("resourceSpans", obj.get("resource_spans", [])) or []:
         for scope in resource.get("scopeSpans", resource.get("scope_spans", [])) or []:
             spans += scope.get("spans", []) or []
@@ -301,7 +306,7 @@ def _otel_session(trace_id: str, spans: list[dict[str, Any]], file: Path, block:
     t0 = spans[0]["start"]
     follows = [_followed(spans, j) for j in range(len(spans))]
     children: dict[int, list[int]] = defaultdict(list)
-    roots = []
+    roots: list[int] = []
     for j, parent in enumerate(follows):
         (roots if parent is None else children[parent]).append(j)
 

@@ -42,7 +42,7 @@ def block_texts(scope: int, keys: Sequence[int], block_tokens: int, words: np.nd
     base = np.array([(scope * 1_000_003 + (k & _MASK)) & _MASK for k in keys], dtype=np.uint64)
     with np.errstate(over="ignore"):
         x = base[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.arange(1, block_tokens + 1, dtype=np.uint64)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)  # type: ignore[operator]
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         x ^= x >> np.uint64(31)
     picked = words[(x % np.uint64(len(words))).astype(np.int64)]
