@@ -95,8 +95,10 @@ def _costs(best: CostResult, tokens: TaskTokens, monthly_tasks: float | None, gp
 
 def _lines(costs: TaskCosts, decision: Decision) -> list[str]:
     t = costs.tokens
-    how = "as the server reported" if t.cached_from == "measured" else \
-        "as the trace implies: the server did not report its cached tokens"
+    how = {"measured": "as the server's usage reported",
+           "server metrics": "at the hit rate of the server's own prefix-cache metrics: its usage did not say",
+           "implied": "as the trace implies: the server did not report its cached tokens"}.get(
+        t.cached_from, "as the server reported where it did, else as the trace implies")
     lines = [f"A task (one session) sends {t.input_tokens:,.0f} input tokens over its calls, {t.cached_share:.0%} of "
              f"them cached ({how}), and gets {t.output_tokens:,.0f} output tokens back (reasoning included)."]
     if costs.usd_per_task is not None:

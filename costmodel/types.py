@@ -438,7 +438,9 @@ class TaskTokens:
     input_tokens: float
     cached_tokens: float
     output_tokens: float
-    cached_from: str = "measured"  # measured (the server's cached_tokens), or implied (the trace's own reuse)
+    # measured (the server's cached_tokens), server metrics (its prefix-cache hit rate), implied (the trace's own
+    # reuse), or mixed (levels that differ)
+    cached_from: str = "measured"
 
     @property
     def total(self) -> float:

@@ -99,9 +99,10 @@ def _agent_sessions(inp: ReportInput) -> dict[str, Any] | None:
     per_task = {(r.engine, c.label): c for r in tasks.decision.results for c in r.levels} if tasks else {}
     engines = []
     for run in runs:
+        views = {view.level: view.prefix_cache_hit_rate for view in run.server_views}
         levels = [{"label": s.level, "kind": s.kind, "load": s.target, **asdict(s.sessions),
                    "step_ttft_p95_ms": {k: v.p95 for k, v in s.sessions.ttft_ms_by_step.items()},
-                   "task_cost": per_task.get((run.label, s.level))}
+                   "server_hit_rate": views.get(s.level), "task_cost": per_task.get((run.label, s.level))}
                   for s in run.summaries if s.sessions is not None]
         engines.append({"engine": run.label, "levels": levels,
                         "lane": asdict(run.session_lane) if run.session_lane else None})

@@ -42,7 +42,7 @@ from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, Ta
 from engines.openwebui import VIA_UI
 from loadgen.recorder import read_jsonl
 from loadgen.sessions.figures import pick_lane
-from loadgen.types import SLO, LevelSummary, SessionLane
+from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
 from reports.inputs import ReportInput, ReportRun
 from reports.render import REPORT_NAME, ReportFiles, write_report
 from reports.ui_overhead import UiLevel, pairs_through_ui
@@ -200,7 +200,8 @@ def task_decision(runs: Sequence[Run], labels: Sequence[str], settings: Decision
         levels = tuple(level for s in measured if (level := task_level(s)) is not None)
         if levels:
             engines.append(EngineLevels(label, levels))
-        pooled += [(s.sessions.tokens, s.sessions.num_completed) for s in measured
+        views = {view.level: view for view in run.server_views}
+        pooled += [(_task_tokens(s.sessions.tokens, views.get(s.level)), s.sessions.num_completed) for s in measured
                    if s.sessions is not None and s.sessions.tokens is not None]
     if not engines:
         return None
@@ -209,11 +210,20 @@ def task_decision(runs: Sequence[Run], labels: Sequence[str], settings: Decision
     def mean(name: str) -> float:
         return sum(getattr(t, name) * n for t, n in pooled) / weight
 
-    said = all(t.cached_from == "measured" for t, _ in pooled)  # the server's own cached counts, every level
+    sources = {t.cached_from for t, _ in pooled}
     tokens = TaskTokens(mean("input_tokens"), mean("cached_tokens"), mean("output_tokens"),
-                        cached_from="measured" if said else "implied")
+                        cached_from=sources.pop() if len(sources) == 1 else "mixed")
     return decide_tasks(engines, tokens, latency_limits(settings.slo), settings.traffic, settings.pricing,
                         settings.requirements, catalog, today)
+
+
+def _task_tokens(tokens: SessionTokens, view: ServerView | None) -> TaskTokens:
+    """A level's task tokens, cached as the server's usage said; where it said nothing, at the hit rate of its own
+    prefix-cache metrics over the level, else as the trace implies."""
+    if tokens.cached_from == "implied" and view is not None and view.prefix_cache_hit_rate is not None:
+        return TaskTokens(tokens.input_tokens, tokens.input_tokens * view.prefix_cache_hit_rate, tokens.output_tokens,
+                          cached_from="server metrics")
+    return TaskTokens(tokens.input_tokens, tokens.cached_tokens, tokens.output_tokens, cached_from=tokens.cached_from)
 
 
 def _session_lane(run: Run, tasks: TaskDecision | None) -> SessionLane | None:

@@ -35,7 +35,7 @@ def weka_sessions() -> list[dict]:
     """Session A: two subagents listed together after call 1 (one joined by call 3, both by then ended in the
     trace), a think time derived from api_time, one capped; session B: two plain calls."""
     sub_long = {"t": 0.1, "type": "subagent", "agent_id": "explore", "duration_ms": 300, "status": "completed",
-                "requests": [call(0.1, 40, 3, 2), call(0.2, 60, 3, 3, think_time=0.05)]}
+                "requests": [call(0.1, 40, 3, 2), call(0.2, 60, 3, 3, think_time=0.2)]}
     sub_short = {"t": 0.1, "type": "subagent", "agent_id": "lookup", "duration_ms": 50,
                  "requests": [call(0.1, 20, 2, 1)]}
     a = {"id": "A", "block_size": BLOCK, "requests": [
@@ -80,7 +80,7 @@ def test_each_call_is_sent_when_the_replay_rules_say(scripted, tmp_path) -> None
 
     expected = {  # (agent, step) -> when the rules say it is sent
         ("explore", 1): end(a["main", 1]), ("lookup", 1): end(a["main", 1]),
-        ("explore", 2): end(a["explore", 1]) + 0.05,
+        ("explore", 2): end(a["explore", 1]) + 0.2,
         ("main", 2): end(a["main", 1]) + 0.1,
         ("main", 3): max(end(a["main", 2]), end(a["explore", 2]), end(a["lookup", 1])) + 0.05,
         ("main", 4): end(a["main", 3]) + 0.2,
@@ -89,7 +89,8 @@ def test_each_call_is_sent_when_the_replay_rules_say(scripted, tmp_path) -> None
     errors_ms = {place: (a[place].dispatch_s - due) * 1000 for place, due in expected.items()}
     print(f"\nsent - due (ms): { {f'{k[0]}.{k[1]}': round(v, 2) for k, v in errors_ms.items()} }")
     assert all(-0.5 < e < SLACK_S * 1000 for e in errors_ms.values()), errors_ms
-    assert a["main", 2].dispatch_s < end(a["explore", 2])  # call 2 ran beside the subagent: no join
+    assert a["main", 2].dispatch_s < a["explore", 2].dispatch_s  # call 2 ran beside the subagent: no join
+    assert end(a["explore", 2]) > end(a["main", 2])  # and call 3 waited for the subagent (the join), not call 2
     assert b["main", 1].dispatch_s >= end(a["main", 5]) - 0.001  # one user: the next session after this one
     assert b["main", 2].dispatch_s - end(b["main", 1]) == pytest.approx(0.08, abs=SLACK_S)
 
