@@ -210,7 +210,6 @@ def test_bench_sweep_replays_the_shipped_agent_scenario_and_says_what_a_session_
     assert "add --concurrency N (N sessions alive at once" in refused.stderr and "--rate R" in refused.stderr
 
 
-@pytest.mark.serial  # the prefix cache's hits under another test's load may differ: run alone
 def test_on_the_reference_engine_the_measured_hit_rate_is_within_5_points_of_the_trace_implied(tmp_path) -> None:
     from engines.reference.loading.tokenizer import Tokenizer
     from engines.reference.loading.weights import default_gguf_path
