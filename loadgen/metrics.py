@@ -19,6 +19,8 @@
   judged from its first try: the wait is the user's.
 - Throttling (429s, rate-limit error events) is counted apart from failures of the server: the share of
   requests throttled at least once, and the waits of those retried.
+- Quality (a graded dataset): the share of graded answers that were right, with its 95 % Wilson interval;
+  a failed request has no answer and is not graded (it counts as a failure).
 - Usage: the tokens the server reported (prompt, cached prompt, completion, reasoning) beside those the
   client asked for and counted, summed over ok requests: what a provider would bill.
 """
@@ -34,6 +36,7 @@ import numpy as np
 from loadgen.arrivals import parse_label
 from loadgen.columns import NONE, LevelColumns, columns_of
 from loadgen.network import ConnectProbe
+from loadgen.quality.figures import accuracy
 from loadgen.sessions.figures import session_figures
 from loadgen.types import (
     SLO,
@@ -97,6 +100,9 @@ def summarize_columns(
                           tcp_connect_ms=network.tcp_ms if network else None,
                           tls_handshake_ms=network.tls_ms if network else None),
     )
+    graded = c.counts["correct"] != NONE
+    if graded.any():
+        summary = replace(summary, quality=accuracy(int((c.counts["correct"] == 1).sum()), int(graded.sum())))
     if c.session is not None:
         ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
         start, end, _ = _steady_window(c, kind, ended)

@@ -24,6 +24,7 @@ import numpy as np
 from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
+from loadgen.quality.graders import grade
 from loadgen.recorder import JsonlWriter
 from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
@@ -212,6 +213,8 @@ class LevelContext:
         return self.level.max_concurrency
 
     def new_record(self, spec: RequestSpec, **fields: object) -> RequestRecord:
+        if spec.grading is not None:
+            fields["category"] = spec.grading.category
         if spec.session is not None:
             place = spec.session
             fields.update(session_id=place.session_id, agent=place.agent, step=place.step,
@@ -308,8 +311,9 @@ async def _closed_loop(
                 spec = next(turns)
             spec = replace(spec, history=(*spec.history, *history)) if history else spec
             record = ctx.new_record(spec, user=first_user + index)
-            record = await send_request(session, spec, ctx.options, record, ctx.clock,
-                                        keep_text=ctx.keep_text or spec.turn is not None)
+            record = graded(spec, await send_request(session, spec, ctx.options, record, ctx.clock,
+                                                     keep_text=ctx.keep_text or spec.turn is not None
+                                                     or spec.grading is not None))
             answer = record.output_text or ""
             await _finish(ctx, record)
             if spec.turn is None:
@@ -341,11 +345,14 @@ async def _open_loop(
         await _spin_until(ctx, scheduled_s)
         await ctx.start_gate.turn()
         record = ctx.new_record(spec, scheduled_s=scheduled_s)
+        keep_text = ctx.keep_text or spec.grading is not None
         if cap is None:
-            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
+            await _finish(ctx, graded(spec, await send_request(session, spec, ctx.options, record, ctx.clock,
+                                                               keep_text)))
             return
         async with cap:
-            await _finish(ctx, await send_request(session, spec, ctx.options, record, ctx.clock, ctx.keep_text))
+            await _finish(ctx, graded(spec, await send_request(session, spec, ctx.options, record, ctx.clock,
+                                                               keep_text)))
 
     count = 0
     try:
@@ -368,6 +375,13 @@ async def _open_loop(
     finally:
         for task in tasks:
             task.cancel()
+
+
+def graded(spec: RequestSpec, record: RequestRecord) -> RequestRecord:
+    """A graded line's answer judged as it ends (a failed request is not graded: it has no answer)."""
+    if spec.grading is not None and record.ok:
+        record.correct = grade(spec.grading.grader, spec.grading.accepted, record.output_text or "")
+    return record
 
 
 async def _sleep(delay_s: float) -> None:

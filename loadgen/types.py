@@ -20,6 +20,16 @@ Api = Literal["chat", "completions"]
 
 
 @dataclass(frozen=True)
+class Grading:
+    """How a dataset line's answer is graded (`loadgen.quality.graders`): the grader, the answers it accepts, and
+    the category the line is counted under."""
+
+    grader: str
+    accepted: tuple[str, ...]
+    category: str | None = None
+
+
+@dataclass(frozen=True)
 class SessionPlace:
     """Where a call sits in an agent session (`loadgen.sessions`)."""
 
@@ -47,6 +57,7 @@ class RequestSpec:
     dataset_index: int | None = None  # which request of a replayed file: its line, entry or row (from 1)
     prompt_sha256: str | None = None  # of the new user message, so records can be matched without the text
     session: SessionPlace | None = None  # an agent session's call: which session, agent and step
+    grading: Grading | None = None  # a graded dataset line: how its answer is judged
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -106,6 +117,8 @@ class RequestRecord:
     step: int | None = None
     session_requests: int | None = None  # the calls its session sends in all
     implied_cached_tokens: int | None = None  # of its prompt, sent before by its own agent
+    correct: bool | None = None  # a graded line: whether its answer was right (None: not graded, or it failed)
+    category: str | None = None  # a graded line's category
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None
@@ -345,6 +358,16 @@ STEP_BUCKETS = ((1, 1, "1"), (2, 5, "2-5"), (6, 20, "6-20"), (21, None, "21+"))
 
 
 @dataclass(frozen=True)
+class Accuracy:
+    """Graded answers: the share right, its 95 % Wilson interval, and how many were graded."""
+
+    accuracy: float
+    low: float
+    high: float
+    n: int
+
+
+@dataclass(frozen=True)
 class SessionTokens:
     """What one task (a completed session) sent and got, on average: its calls' prompt tokens, those of them
     served from a cache, and their output tokens (reasoning included): what a provider bills per task."""
@@ -433,6 +456,7 @@ class LevelSummary:
     base_level: str = ""  # the level without its repeat (c8 for c8#2)
     repeat: int = 1
     sessions: SessionFigures | None = None  # a level of agent sessions
+    quality: Accuracy | None = None  # a level of graded lines: how many answers were right
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's row: one object, the groups' fields side by side (the file's keys as they were)."""
@@ -449,6 +473,8 @@ class LevelSummary:
         row = {key: values[key] for key in SUMMARY_KEYS}
         if self.sessions is not None:  # only then: other runs' summary.json stays as it was
             row["sessions"] = asdict(self.sessions)
+        if self.quality is not None:
+            row["quality"] = asdict(self.quality)
         return row
 
     def flat(self) -> dict[str, Any]:
@@ -459,6 +485,8 @@ class LevelSummary:
         for key, value in self.to_json().items():
             if key == "sessions":
                 row.update(_session_columns(value))
+            elif key == "quality":
+                row.update({f"quality_{name}": figure for name, figure in value.items()})
             elif key == "machine":
                 row["others_cpu_cores"] = round(machine.others_cores, 3) if machine else None
                 row["steal_cores"] = round(machine.steal_cores, 3) if machine else None

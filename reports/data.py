@@ -316,6 +316,7 @@ def _level(s: LevelSummary, cost: LevelCost | None, price: ProviderCost | None) 
            "slo_attainment": carried.slo_attainment, "ttft_ms": latency.ttft_ms, "itl_ms": latency.itl_ms,
            "tpot_ms": latency.tpot_ms, "e2e_ms": latency.e2e_ms, "is_valid": s.is_valid,
            "invalid_reasons": s.invalid_reasons,
+           "quality": s.quality,
            "used_for_cost": cost is not None, "cost": cost, "meets_slo": cost.meets_slo if cost else None,
            "break_even_utilization": None}
     if cost is not None and price is not None and cost.usd_per_request is not None and price.usd_per_request > 0:

@@ -170,7 +170,14 @@ def _ms(value: float | None) -> str:
 @app.command()
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
-    from bench.commands.display import capacity_line, repeats_table, server_view_table, sessions_table, summary_table
+    from bench.commands.display import (
+        capacity_line,
+        quality_table,
+        repeats_table,
+        server_view_table,
+        sessions_table,
+        summary_table,
+    )
     from bench.run.rundir import RunDirError, read_run, write_summaries
 
     try:
@@ -184,6 +191,8 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
     sessions = any(s.sessions is not None for s in run.summaries)
     if sessions:
         console.print(sessions_table(list(run.summaries)))
+    if any(s.quality is not None for s in run.summaries):
+        console.print(quality_table(list(run.summaries)))
     if run.repeated:
         console.print(repeats_table(list(run.repeated)))
     if run.server_views:

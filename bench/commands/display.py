@@ -111,6 +111,19 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
     return table
 
 
+def quality_table(summaries: list[LevelSummary], title: str = "graded answers") -> Table:
+    """Each level of a graded dataset: the share of answers that were right, with its 95 % interval."""
+    table = Table(title=title)
+    for name in ("engine", "level", "graded", "accuracy", "95 % interval", "failed (not graded)"):
+        table.add_column(name, justify="left" if name in ("engine", "level") else "right")
+    for s in summaries:
+        q = s.quality
+        if q is not None:
+            table.add_row(s.engine, s.level, str(q.n), f"{q.accuracy:.1%}", f"{q.low:.1%} to {q.high:.1%}",
+                          str(s.requests.num_failed))
+    return table
+
+
 def sessions_table(summaries: list[LevelSummary], title: str = "agent sessions") -> Table:
     """Each level of agent sessions, session by session: how many ended how, how long, how many an hour, TTFT by
     step, and the prefix-cache hit rate the trace implies beside the one the server reported."""

@@ -185,6 +185,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
     """Print what was measured, write the reports, name the failures; the command's exit code."""
     from bench.commands.display import (
         capacity_line,
+        quality_table,
         repeats_table,
         replica_view_table,
         server_view_table,
@@ -199,6 +200,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         console.print(summary_table(summaries, title=title))
     if any(s.sessions is not None for s in summaries):
         console.print(sessions_table(summaries))
+    if any(s.quality is not None for s in summaries):
+        console.print(quality_table(summaries))
     repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
     if repeated:
         console.print(repeats_table(repeated))

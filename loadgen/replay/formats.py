@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from loadgen.quality.graders import GRADERS, check_answer
+from loadgen.types import Grading
 from loadgen.workload import TRACE_FORMATS, DatasetFormat
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -43,6 +45,7 @@ class Conversation:
     system: str | None = None
     history: tuple[tuple[str, str], ...] = ()  # (role, content) given before the first turn (JSONL messages)
     max_tokens: int | None = None
+    grading: Grading | None = None  # a JSONL line with an `answer`: how its first turn's answer is graded
 
 
 @dataclass(frozen=True)
@@ -154,17 +157,36 @@ def _jsonl_requests(path: Path, text: str) -> list[Conversation]:
     for number, row in _json_lines(path, text):
         where = f"{path}:{number}"
         max_tokens = _optional_count(row, "max_tokens", where) or _optional_count(row, "output_tokens", where)
+        grading = _grading(row, where)
         if "messages" in row:
             system, history, turn = _chat_messages(row["messages"], where)
-            requests.append(Conversation(number, (turn,), system, history, max_tokens))
+            requests.append(Conversation(number, (turn,), system, history, max_tokens, grading))
         elif "prompt" in row:
             prompt = row["prompt"]
             if not isinstance(prompt, str) or not prompt:
                 raise DatasetError(f"{where}: field 'prompt' must be a non-empty string")
-            requests.append(Conversation(number, (Turn(prompt),), max_tokens=max_tokens))
+            requests.append(Conversation(number, (Turn(prompt),), max_tokens=max_tokens, grading=grading))
         else:
             raise DatasetError(f"{where}: expected a field 'prompt' (a string) or 'messages' (OpenAI chat messages)")
     return requests
+
+
+def _grading(row: dict[str, Any], where: str) -> Grading | None:
+    """A line's `answer` (a string or a list of accepted ones), `grader` (default exact) and `category`."""
+    if "answer" not in row:
+        if "grader" in row:
+            raise DatasetError(f"{where}: field 'grader' needs an 'answer' to grade against")
+        return None
+    answer = row["answer"]
+    accepted = answer if isinstance(answer, list) else [answer]
+    grader = row.get("grader", "exact")
+    why = check_answer(str(grader), accepted) if isinstance(grader, str) else "field 'grader' must be a string"
+    if why is not None:
+        raise DatasetError(f"{where}: {why} (graders: {', '.join(GRADERS)})")
+    category = row.get("category")
+    if category is not None and not isinstance(category, str):
+        raise DatasetError(f"{where}: field 'category' must be a string")
+    return Grading(grader, tuple(accepted), category)
 
 
 def _chat_messages(messages: Any, where: str) -> tuple[str | None, tuple[tuple[str, str], ...], Turn]:

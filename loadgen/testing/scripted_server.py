@@ -79,6 +79,11 @@ class Script:
     rate_limit_per_s: float = 0.0  # 0: no limit
     rate_limit_burst: float = 1.0
     prefix_cache_block_words: int = 0  # 0: no prefix cache
+    # A quiz: a prompt ending in "[[answer: TEXT]]" is answered TEXT for a known share of questions, else "wrong"
+    # (below 0: off). Each question is decided by its hash (`quiz_is_right`), the share lowered by
+    # right_share_per_stream for each other stream in flight when it arrives (answers that worsen under load).
+    right_share: float = -1.0
+    right_share_per_stream: float = 0.0
 
     @property
     def is_loaded(self) -> bool:
@@ -374,8 +379,10 @@ class ScriptedProtocol:
         offset_s = loop.time() - time.perf_counter()  # the loop's clock may differ from perf_counter
         plan = StreamPlan(body, script, is_chat, fault, arrived + offset_s)
         plan.cached_tokens = self.state.prefix_cache.cached_words(_prompt_words(body))
+        if script.right_share >= 0:
+            plan.first_text = _quiz_answer(body, script, self.state.streams_in_flight)
         if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded \
-                and not plan.cached_tokens:
+                and not plan.cached_tokens and plan.first_text is None:
             self.transport.write(_instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
             return
         self.active = plan
@@ -442,6 +449,7 @@ class StreamPlan:
         self.reasoning_tokens = min(script.reasoning_tokens, self.num_tokens) if is_chat else 0
         self.cached_tokens = 0
         self.last_sent = 0.0
+        self.first_text: str | None = None  # a quiz's answer, sent as the first chunk's content
 
     def note_sent(self, index: int, now: float, sent: SentTiming) -> None:
         if index == 0:
@@ -479,6 +487,9 @@ class StreamPlan:
         count = sent - index * self.script.tokens_per_chunk
         is_reasoning = sent <= self.reasoning_tokens  # a chunk is reasoning when all its tokens are
         usage_prompt = self.prompt_tokens if self.continuous_usage else None
+        if index == 0 and self.first_text is not None:
+            usage = _usage(usage_prompt, sent) if usage_prompt is not None else None
+            return _event(self.first_text + " x" * (count - 1), self.is_chat, usage=usage)
         return _token_event(count, self.is_chat, usage_prompt, sent, is_reasoning)
 
     def tail(self) -> bytes:
@@ -527,6 +538,24 @@ def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0
     if cached_tokens:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return usage
+
+
+QUIZ_MARK = "[[answer:"
+
+
+def quiz_is_right(question: str, share: float) -> bool:
+    """Whether the quiz answers `question` (the prompt before its mark) right at `share`: its hash decides."""
+    return int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 2**32 < share
+
+
+def _quiz_answer(body: dict[str, Any], script: Script, streams_in_flight: int) -> str | None:
+    said = body.get("messages") or []
+    prompt = str(said[-1].get("content", "")) if said else str(body.get("prompt", ""))
+    question, mark, rest = prompt.rpartition(QUIZ_MARK)
+    if not mark:
+        return None
+    share = script.right_share - script.right_share_per_stream * max(0, streams_in_flight)
+    return rest.split("]]", 1)[0].strip() if quiz_is_right(question, share) else "wrong"
 
 
 def _prompt_words(body: dict[str, Any]) -> list[str]:

@@ -118,3 +118,28 @@ def test_a_missing_file_and_a_named_format_that_does_not_fit(tmp_path) -> None:
     path = write(tmp_path, "p.jsonl", lines({"prompt": "x"}))
     with pytest.raises(DatasetError, match="field 'timestamp' must be a number"):
         read_dataset(path, "mooncake")
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ('{"prompt": "2+2?", "answer": "4", "grader": "fuzzy"}', "grader 'fuzzy' is not one of exact, contains"),
+    ('{"prompt": "2+2?", "grader": "number"}', "field 'grader' needs an 'answer' to grade against"),
+    ('{"prompt": "Pick", "answer": "K", "grader": "choice"}', "a choice grader's answer must be a letter A-J"),
+    ('{"prompt": "2+2?", "answer": ["4", ""]}', "answer must be a non-empty string or a list of them"),
+    ('{"prompt": "2+2?", "answer": "4", "category": 7}', "field 'category' must be a string"),
+])
+def test_a_graded_line_that_cannot_be_graded_is_refused_naming_the_line_and_the_field(tmp_path, line, said) -> None:
+    path = tmp_path / "graded.jsonl"
+    path.write_text('{"prompt": "fine", "answer": "yes"}\n' + line + "\n")
+    with pytest.raises(DatasetError) as caught:
+        read_dataset(path)
+    assert f"{path}:2: " in str(caught.value) and said in str(caught.value)
+
+
+def test_a_graded_line_carries_its_grader_accepted_answers_and_category(tmp_path) -> None:
+    path = tmp_path / "graded.jsonl"
+    path.write_text('{"prompt": "Capital of France?", "answer": ["Paris", "paris, france"], "grader": "contains", '
+                    '"category": "facts"}\n{"prompt": "no answer here"}\n')
+    first, second = read_dataset(path).conversations
+    assert first.grading is not None and first.grading.grader == "contains"
+    assert first.grading.accepted == ("Paris", "paris, france") and first.grading.category == "facts"
+    assert second.grading is None

@@ -1,0 +1,1 @@
+"""Quality beside speed: answers graded against the dataset's own expected answers."""

@@ -1,0 +1,42 @@
+"""Every grader against hand-written cases, near misses included."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.quality.graders import check_answer, grade
+
+
+@pytest.mark.parametrize(("grader", "accepted", "answer", "right"), [
+    ("exact", ["Paris"], "  paris. ", True),
+    ("exact", ["Paris"], "Paris, France", False),  # near miss: more than the answer
+    ("exact", ["New York", "NYC"], "new   york", True),
+    ("exact", ["Paris"], "Pariss", False),
+    ("contains", ["Paris"], "The capital of France is PARIS.", True),
+    ("contains", ["Paris"], "The capital is Lyon.", False),
+    ("number", ["42"], "The answer is 42 apples, not 43.", True),
+    ("number", ["42"], "43, then 42", False),  # the first number is the answer
+    ("number", ["1234"], "That makes 1,234.", True),
+    ("number", ["-3.5"], "It is -3.50 degrees", True),
+    ("number", ["12"], "twelve", False),
+    ("number", ["0.5"], "about .5", True),
+    ("choice", ["B"], "B) because it is larger", True),
+    ("choice", ["B"], "Because the answer is B", True),  # the B of "Because" is part of a word
+    ("choice", ["B"], "Not A, I'd say B", False),  # the first standalone letter is A
+    ("choice", ["C"], "I think (C).", True),  # the pronoun is not choice I
+    ("choice", ["I"], "I.", True),
+    ("choice", ["C"], "Answer: A, then C", False),
+    ("regex", [r"\bparis\b"], "It's Paris!", True),
+    ("regex", [r"^\d{4}$"], "1969.", False),
+])
+def test_each_grader_on_hand_written_cases(grader, accepted, answer, right) -> None:
+    assert grade(grader, accepted, answer) is right
+
+
+def test_an_answer_a_grader_cannot_check_is_named() -> None:
+    assert check_answer("exact", ["Paris"]) is None
+    assert "not one of" in (check_answer("fuzzy", ["x"]) or "")
+    assert "must hold a number" in (check_answer("number", ["many"]) or "")
+    assert "letter A-J" in (check_answer("choice", ["K"]) or "")
+    assert "regular expression" in (check_answer("regex", ["(unclosed"]) or "")
+    assert "non-empty" in (check_answer("contains", [""]) or "")
