@@ -273,7 +273,7 @@ def test_a_killed_sessions_run_resumes_with_sessions_and_request_ids_it_never_us
 
     scripted.set_script(ttft_ms=5, itl_ms=2)
     out = tmp_path / "runs"
-    args = sweep_args(scripted, out, "--scenario", "agent", "--concurrency", "2,3", "--duration", "3",
+    args = sweep_args(scripted, out, "--scenario", "agent", "--concurrency", "2,3", "--duration", "2",
                       "--max-think-s", "0.1", "--no-report")
     process = subprocess.Popen([*BENCH, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
