@@ -107,12 +107,23 @@ class StreamRequests:
     def __init__(self, level: Level, specs: Iterator[RequestSpec]) -> None:
         self.level, self.specs = level, specs
         self._conversations = conversations(specs)
+        self._schedule: Iterator[tuple[float, RequestSpec | None]] | None = None
+        self._first: tuple[float, RequestSpec | None] | None = None
 
     async def conversation(self) -> list[RequestSpec] | None:
         return next(self._conversations, None)
 
+    def prime(self) -> None:
+        """Open loop: take the first arrival before the level's clock starts, so what building it costs once (a
+        trace's first prompt, the first random generator numpy makes) is not a late first send."""
+        self._schedule = schedule(self.level, self.specs)
+        self._first = next(self._schedule, None)
+
     async def arrivals(self) -> AsyncIterator[tuple[float, RequestSpec | None]]:
-        for item in schedule(self.level, self.specs):
+        items = self._schedule if self._schedule is not None else schedule(self.level, self.specs)
+        if self._first is not None:
+            yield self._first
+        for item in items:
             yield item
 
     def take(self) -> RequestSpec | None:
@@ -246,6 +257,8 @@ async def run_level(
     async with open_session(ctx.options) as session:
         ctx.clock_origin = time.perf_counter()
         num_warmup = await _warm_up(ctx, session, bounds, warmup_specs)
+        if isinstance(requests, StreamRequests) and level.kind != "concurrency":
+            requests.prime()
         with _quiet_garbage_collector():
             ctx.clock_origin = await ctx.start_measuring() if ctx.start_measuring else time.perf_counter()
             measured_at = time.time() - (time.perf_counter() - ctx.clock_origin)
