@@ -14,10 +14,10 @@ import collections
 import gc
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -352,7 +352,7 @@ async def _open_loop(
     ctx: LevelContext, session: Session, bounds: LevelBounds, requests: LevelRequests
 ) -> None:
     cap = asyncio.Semaphore(ctx.max_concurrency) if ctx.max_concurrency else None
-    tasks: set[asyncio.Task[None]] = set()
+    tasks = LevelTasks()
 
     async def one(spec: RequestSpec, scheduled_s: float) -> None:
         await _spin_until(ctx, scheduled_s)
@@ -380,13 +380,30 @@ async def _open_loop(
             spec = known if known is not None else requests.take()
             if spec is None:
                 break
-            task = asyncio.create_task(one(spec, scheduled_s))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
+            tasks.start(one(spec, scheduled_s))
+        await tasks.wait_all()
     finally:
-        for task in tasks:
+        tasks.cancel()
+
+
+class LevelTasks:
+    """The tasks an open-loop level starts as it goes: each forgotten when it ends, the rest awaited at the level's
+    end, and cancelled if the level ends by an error."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def wait_all(self) -> None:
+        if self.tasks:
+            await asyncio.gather(*self.tasks)
+
+    def cancel(self) -> None:
+        for task in self.tasks:
             task.cancel()
 
 

@@ -27,6 +27,7 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
     mean_input_tokens = _finite(summary.tokens.mean_input_tokens)
     mean_output_tokens = _finite(summary.tokens.mean_output_tokens)
     request_per_s = carried.output_tokens_per_s / mean_output_tokens if mean_output_tokens > 0 else 0.0
+    session_p95_s, step_ttft_p95_ms = _session_latencies(summary)
     return MeasuredLevel(
         label=summary.level, load=summary.target, request_per_s=request_per_s,
         output_tokens_per_s=carried.output_tokens_per_s, input_tokens_per_s=request_per_s * mean_input_tokens,
@@ -36,7 +37,7 @@ def level_from_summary(summary: LevelSummary) -> MeasuredLevel:
         why_invalid=_why_invalid(summary),
         summary_request_per_s=carried.request_per_s,
         kind=cast(LevelKind, summary.kind),  # MeasuredLevel checks it is one it knows
-        session_p95_s=_session_latencies(summary)[0], step_ttft_p95_ms=_session_latencies(summary)[1],
+        session_p95_s=session_p95_s, step_ttft_p95_ms=step_ttft_p95_ms,
     )
 
 

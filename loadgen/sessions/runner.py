@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from loadgen.arrivals import arrival_offsets
 from loadgen.client import Session, send_request
-from loadgen.runner import TIMER_SLACK_S, DrivenLevel, LevelBounds, LevelContext, _finish, _spin_until
+from loadgen.runner import TIMER_SLACK_S, DrivenLevel, LevelBounds, LevelContext, LevelTasks, _finish, _spin_until
 from loadgen.sessions.prompts import AgentPrompts
 from loadgen.sessions.schedule import AgentPlan, Step
 from loadgen.sessions.stream import SessionRun, SessionStream
@@ -83,7 +83,7 @@ async def _sessions_alive(state: LevelState, num_users: int) -> None:
 async def _sessions_arriving(state: LevelState) -> None:
     ctx, level = state.ctx, state.ctx.level
     cap = asyncio.Semaphore(ctx.max_concurrency) if ctx.max_concurrency else None
-    tasks: set[asyncio.Task[None]] = set()
+    tasks = LevelTasks()
 
     async def one(run: SessionRun, scheduled_s: float, index: int) -> None:
         await _spin_until(ctx, scheduled_s)
@@ -100,14 +100,10 @@ async def _sessions_arriving(state: LevelState) -> None:
                 break
             if not await state.wait(offset - ctx.clock() - TIMER_SLACK_S):
                 break
-            task = asyncio.create_task(one(state.stream.next(), offset, index))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
+            tasks.start(one(state.stream.next(), offset, index))
+        await tasks.wait_all()
     finally:
-        for task in tasks:
-            task.cancel()
+        tasks.cancel()
 
 
 async def run_session(state: LevelState, run: SessionRun, user: int, scheduled_s: float | None = None) -> None:

@@ -22,6 +22,7 @@ from loadgen.sessions.stream import SessionStream
 from loadgen.types import RequestRecord
 from loadgen.workload import LengthDistribution, Workload
 from tests.bench.test_cli import bench, only_run_dir, sweep_args
+from tests.e2e.test_resume import kill_during_level
 
 BLOCK = 16
 SLACK_S = 0.006  # a few ms: asyncio's timers, the start gate, this shared machine
@@ -238,30 +239,11 @@ def test_synthetic_agents_and_an_otel_export_are_replayed_and_split_workers_are_
 
 
 def test_a_killed_sessions_run_resumes_with_sessions_and_request_ids_it_never_used(scripted, tmp_path) -> None:
-    import signal
-    import subprocess
-    import time
-
-    from tests.bench.test_cli import BENCH
-
     scripted.set_script(ttft_ms=5, itl_ms=2)
     out = tmp_path / "runs"
     args = sweep_args(scripted, out, "--scenario", "agent", "--concurrency", "2,3", "--duration", "2",
                       "--max-think-s", "0.1", "--no-report")
-    process = subprocess.Popen([*BENCH, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            files = list(out.glob("*/requests.jsonl"))
-            text = files[0].read_text().replace(" ", "") if files else ""
-            if '"level":"c3"' in text and '"is_warmup":false' in text.split('"level":"c3"', 1)[1]:
-                break
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    finally:
-        process.kill()
-    run_dir = only_run_dir(out)
+    run_dir = kill_during_level(scripted, out, "c3", args)
     before = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
     started = {r["session_id"] for r in before if r.get("session_id")}
     result = bench("sweep", "--resume", str(run_dir), timeout=120)

@@ -26,9 +26,10 @@ def levels_of(run_dir: Path) -> list[str]:
     return [json.loads(line)["level"] for line in (run_dir / "levels.jsonl").read_text().splitlines()]
 
 
-def kill_during_level(server: ScriptedServer, out: Path, level: str) -> Path:
-    """Start a sweep and SIGKILL it once `level` has records but has not finished."""
-    process = subprocess.Popen([*BENCH, *sweep_args(server, out)], stdout=subprocess.DEVNULL,
+def kill_during_level(server: ScriptedServer, out: Path, level: str, args: list[str] | None = None) -> Path:
+    """Start a sweep (this module's, or `args`) and SIGKILL it once `level` has measured records but has not
+    finished."""
+    process = subprocess.Popen([*BENCH, *(args or sweep_args(server, out))], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
