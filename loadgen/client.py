@@ -130,9 +130,16 @@ async def send_request(
             record.error_message = (f"{record.error_message}; waiting {wait_s:g} s more would pass the "
                                     f"{options.request_timeout_s:g} s request timeout")[:500]
             break
-        await asyncio.sleep(wait_s)
+        await _sleep_until(clock, clock() + wait_s)
     record.end_s = clock()
     return record
+
+
+async def _sleep_until(clock: Callable[[], float], due_s: float) -> None:
+    """Wait until `due_s` on `clock`: a timer may fire early by up to a millisecond (uvloop's clock counts whole
+    milliseconds, read at the loop's last pass), and a server's Retry-After is a floor."""
+    while (left_s := due_s - clock()) > 0:
+        await asyncio.sleep(max(left_s, 0.0005))
 
 
 def _start_attempt(record: RequestRecord, now_s: float) -> None:

@@ -133,7 +133,8 @@ def run_split_level(ctx: LevelContext, bounds: LevelBounds, specs: Iterator[Requ
     try:
         offsets = [measure_offset(workers, i) for i in range(len(shares))]
         jobs = [WorkerJob(i, ctx.run_id, ctx.engine, level, share, ctx.options, bounds,
-                          list(itertools.islice(warmup_specs, share.num_warmup)), ctx.keep_text)
+                          list(itertools.islice(warmup_specs, share.num_warmup)), ctx.keep_text,
+                          ctx.read_answers)
                 for i, share in enumerate(shares)]
         workers.start(jobs)
         origin: float | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
+import hashlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
@@ -199,6 +200,7 @@ class LevelContext:
     writer: JsonlWriter
     on_record: Callable[[RequestRecord], None] | None = None
     keep_text: bool = False  # store the prompt and the answer in each record (for debugging only)
+    read_answers: bool = False  # read every answer to fingerprint it (answer_sha256), the text not kept
     clock_origin: float = 0.0
     start_gate: StartGate = field(default_factory=StartGate)
     num_written: int = 0
@@ -237,7 +239,13 @@ class LevelContext:
             worker=self.worker, **fields,  # type: ignore[arg-type]
         )
 
+    def reads_answer(self, spec: RequestSpec) -> bool:
+        """Whether the answer's text is read: kept, fingerprinted, graded, or the next turn's history."""
+        return self.keep_text or self.read_answers or spec.turn is not None or spec.grading is not None
+
     def keep(self, record: RequestRecord) -> None:
+        if record.ok and record.output_text is not None:
+            record.answer_sha256 = answer_sha256(record.output_text)
         if not self.keep_text:
             record.output_text = None  # read for a conversation's next turn, never written
         self.writer.write(record)
@@ -325,8 +333,7 @@ async def _closed_loop(
             spec = replace(spec, history=(*spec.history, *history)) if history else spec
             record = ctx.new_record(spec, user=first_user + index)
             record = graded(spec, await send_request(session, spec, ctx.options, record, ctx.clock,
-                                                     keep_text=ctx.keep_text or spec.turn is not None
-                                                     or spec.grading is not None))
+                                                     keep_text=ctx.reads_answer(spec)))
             answer = record.output_text or ""
             await _finish(ctx, record)
             if spec.turn is None:
@@ -358,7 +365,7 @@ async def _open_loop(
         await _spin_until(ctx, scheduled_s)
         await ctx.start_gate.turn()
         record = ctx.new_record(spec, scheduled_s=scheduled_s)
-        keep_text = ctx.keep_text or spec.grading is not None
+        keep_text = ctx.reads_answer(spec)
         if cap is None:
             await _finish(ctx, graded(spec, await send_request(session, spec, ctx.options, record, ctx.clock,
                                                                keep_text)))
@@ -405,6 +412,11 @@ class LevelTasks:
     def cancel(self) -> None:
         for task in self.tasks:
             task.cancel()
+
+
+def answer_sha256(text: str) -> str:
+    """An answer's fingerprint: two runs gave the same answer when these are equal (outer white space aside)."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
 
 def graded(spec: RequestSpec, record: RequestRecord) -> RequestRecord:

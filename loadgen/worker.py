@@ -58,6 +58,7 @@ class WorkerJob:
     bounds: LevelBounds
     warmup: list[RequestSpec]
     keep_text: bool = False
+    read_answers: bool = False
 
 
 @dataclass
@@ -213,7 +214,7 @@ class WorkerCore:
 
     def _run(self, job: WorkerJob) -> None:
         ctx = LevelContext(job.run_id, job.engine, job.level, job.options, self.collected,  # type: ignore[arg-type]
-                           keep_text=job.keep_text, worker=job.worker, share=job.share,
+                           keep_text=job.keep_text, read_answers=job.read_answers, worker=job.worker, share=job.share,
                            start_measuring=self._wait_for_start)
         try:
             level_run = self.loop.run_until_complete(run_level(ctx, job.bounds, self.fed, iter(job.warmup)))

@@ -277,7 +277,8 @@ def _run_levels(
             if progress:
                 progress.level_started(level, bounds)
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
-                               on_record=progress.request_finished if progress else None, keep_text=workload.keep_text)
+                               on_record=progress.request_finished if progress else None, keep_text=workload.keep_text,
+                               read_answers=workload.fingerprint_answers)
             level_specs = plan.requests(cycle=False) if level.kind == "trace" else specs
             before = machine.snapshot()
             if clients.is_split:
