@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class ClientOptions:
     ignore_eos: bool = True
     # A 429 is the provider's ceiling: end the request there, or wait as it asks and send it again.
     on_throttle: OnThrottle = "fail"
+    # Ask for each token's log-probability and the top alternative (`bench quality --logprobs`): the record keeps
+    # the first token's fingerprint, so two runs can be compared token by token where they stream the same.
+    logprobs: bool = False
 
 
 class Session:
@@ -79,6 +83,8 @@ def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
         body["prompt"] = spec.completion_prompt()
     if options.temperature is not None:
         body["temperature"] = options.temperature
+    if options.logprobs:
+        body.update({"logprobs": True, "top_logprobs": 1} if spec.api == "chat" else {"logprobs": 1})
     body["stream_options"] = {"include_usage": True}
     if not options.strict_openai:
         body["stream_options"]["continuous_usage_stats"] = True
@@ -147,6 +153,7 @@ def _start_attempt(record: RequestRecord, now_s: float) -> None:
     record.dispatch_s = record.send_s = now_s
     record.chunk_times_s, record.chunk_tokens = [], []
     record.first_visible_s = record.http_status = record.error_kind = record.error_message = None
+    record.first_token_sha256 = None
     record.ok = False
 
 
@@ -259,6 +266,14 @@ def _is_rate_limit(error: Any) -> bool:
             or "rate limit" in str(error.get("message", "")).lower())
 
 
+def first_token_sha256(logprobs: dict[str, Any]) -> str | None:
+    """The fingerprint of the first token a chunk's logprobs name: chat's `content[0].token`, or completions'
+    `tokens[0]`; None when they name none."""
+    content = logprobs.get("content")
+    token = content[0].get("token") if content else (logprobs.get("tokens") or [None])[0]
+    return hashlib.sha256(token.encode("utf-8")).hexdigest() if isinstance(token, str) else None
+
+
 class _StreamState:
     """Accumulates one stream's chunks into its record: the `BodyReader` of its exchange (`loadgen.http1`),
     given each piece of the answer with the time its socket read it."""
@@ -367,6 +382,8 @@ class _StreamState:
         self.chunk_chars.append(len(text))
         if self.text_parts is not None:
             self.text_parts.append(text)
+        if record.first_token_sha256 is None and choice.get("logprobs"):
+            record.first_token_sha256 = first_token_sha256(choice["logprobs"])
         current = self.server_output_tokens or 0
         self.usage_deltas.append(current - self.last_usage_tokens)
         self.last_usage_tokens = current

@@ -120,6 +120,7 @@ class RequestRecord:
     correct: bool | None = None  # a graded line: whether its answer was right (None: not graded, or it failed)
     category: str | None = None  # a graded line's category
     answer_sha256: str | None = None  # the answer's fingerprint, where it was read (graded, or a quality run)
+    first_token_sha256: str | None = None  # its first token's, where the server returned logprobs
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None

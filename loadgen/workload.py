@@ -212,6 +212,7 @@ class Workload(BaseModel):
     agent: AgentWorkload | None = None  # synthetic agent sessions instead of single requests
     keep_text: bool = False  # store prompts and answers in the records (off: lengths, timings, hashes only)
     fingerprint_answers: bool = False  # hash every answer (runs compared answer by answer, the text not kept)
+    logprobs: bool = False  # ask for logprobs: the first token's fingerprint kept (not every server returns them)
 
     @model_validator(mode="after")
     def _multi_turn_is_chat(self) -> Workload:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from bench.commands import plan_cmd, report_cmd, stopping, tune_cmd
+from bench.commands import plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags, measure_command
 
@@ -30,6 +30,7 @@ app.command("report")(report_cmd.report)
 app.command("cost", cls=report_cmd.PlainHelpCommand)(report_cmd.cost)
 app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
 app.command("tune")(measure_command(tune_cmd.tune))
+app.command("quality")(measure_command(quality_cmd.quality))
 
 
 @app.command()

@@ -13,6 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from bench.flows.quality import QualityRun
 from bench.flows.tune import ConfigResult
 from common.units import share
 from engines.availability import Availability
@@ -121,6 +122,21 @@ def quality_table(summaries: list[LevelSummary], title: str = "graded answers") 
         if q is not None:
             table.add_row(s.engine, s.level, str(q.n), f"{q.accuracy:.1%}", f"{q.low:.1%} to {q.high:.1%}",
                           str(s.requests.num_failed))
+    return table
+
+
+def quality_runs_table(runs: list[QualityRun], title: str = "quality") -> Table:
+    """Each engine on one eval: accuracy with its 95 % interval, and by category."""
+    categories = sorted({name for run in runs for name in run.scores.by_category})
+    table = Table(title=title)
+    for name in ("engine", "graded", "accuracy", "95 % interval", "failed", *categories):
+        table.add_column(name, justify="left" if name == "engine" else "right")
+    for run in runs:
+        s = run.scores
+        acc = s.overall
+        by = [f"{a.accuracy:.0%} of {a.n}" if (a := s.by_category.get(c)) else "-" for c in categories]
+        table.add_row(run.name, str(acc.n if acc else 0), f"{acc.accuracy:.1%}" if acc else "-",
+                      f"{acc.low:.1%} to {acc.high:.1%}" if acc else "-", str(s.num_failed), *by)
     return table
 
 

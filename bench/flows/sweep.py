@@ -251,7 +251,7 @@ def _run_levels(
         base_url=endpoint.base_url.rstrip("/"), model=endpoint.model, api_key=read_api_key(endpoint.api_key_env),
         request_timeout_s=load.request_timeout_s, temperature=plan.scenario.workload.temperature,
         strict_openai=plan.strict_openai, ignore_eos=plan.scenario.workload.ignore_eos,
-        on_throttle=plan.on_throttle(),
+        on_throttle=plan.on_throttle(), logprobs=plan.scenario.workload.logprobs,
     )
     workload = plan.scenario.workload
     specs = skip_sent(plan.requests(), resume and resume.last_request_id)

@@ -450,6 +450,7 @@ class StreamPlan:
         self.cached_tokens = 0
         self.last_sent = 0.0
         self.first_text: str | None = None  # a quiz's answer, sent as the first chunk's content
+        self.logprobs = bool(body.get("logprobs"))  # a quiz's first token with its logprob, when asked
 
     def note_sent(self, index: int, now: float, sent: SentTiming) -> None:
         if index == 0:
@@ -489,7 +490,8 @@ class StreamPlan:
         usage_prompt = self.prompt_tokens if self.continuous_usage else None
         if index == 0 and self.first_text is not None:
             usage = _usage(usage_prompt, sent) if usage_prompt is not None else None
-            return _event(self.first_text + " x" * (count - 1), self.is_chat, usage=usage)
+            return _event(self.first_text + " x" * (count - 1), self.is_chat, usage=usage,
+                          logprobs=_logprobs(self.first_text.split()[0], self.is_chat) if self.logprobs else None)
         return _token_event(count, self.is_chat, usage_prompt, sent, is_reasoning)
 
     def tail(self) -> bytes:
@@ -517,8 +519,10 @@ def _token_event(count: int, is_chat: bool, prompt_tokens: int | None, sent: int
 
 
 def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: dict | None = None,
-           is_reasoning: bool = False) -> bytes:
+           is_reasoning: bool = False, logprobs: dict[str, Any] | None = None) -> bytes:
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
+    if logprobs is not None:
+        choice["logprobs"] = logprobs
     if is_chat:
         choice["delta"] = {"reasoning_content" if is_reasoning else "content": text} if text else {}
     else:
@@ -527,6 +531,13 @@ def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: di
     if usage is not None:
         payload["usage"] = usage
     return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _logprobs(token: str, is_chat: bool) -> dict[str, Any]:
+    """OpenAI's logprobs of one token, its own the top alternative (chat: `content`; completions: `tokens`)."""
+    if is_chat:
+        return {"content": [{"token": token, "logprob": -0.05, "top_logprobs": [{"token": token, "logprob": -0.05}]}]}
+    return {"tokens": [token], "token_logprobs": [-0.05], "top_logprobs": [{token: -0.05}]}
 
 
 def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0,
