@@ -37,7 +37,7 @@ from costmodel.types import (
     ProviderCost,
     ResolvedPricing,
 )
-from costmodel.verdict import verdict, with_owned
+from costmodel.verdict import below_accuracy, verdict, with_owned
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
 
@@ -93,8 +93,9 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
     """
     resolved = resolve(traffic, pricing, catalog)
-    results = tuple(evaluate(engine, slo, pricing.slo_attainment_target, resolved) for engine in engines)
-    best = _best(results)
+    results = tuple(replace(evaluate(engine, slo, pricing.slo_attainment_target, resolved), accuracy=engine.accuracy)
+                    for engine in engines)
+    best = _best([r for r in results if not below_accuracy(r, requirements.min_accuracy)])
     compared = _compared_to(best) if best else None
     rows = sensitivity(best, compared, resolved, catalog) if best and compared else None
     rows_used: list[GpuPrice | ProviderPrice] = [*resolved.providers, *resolved.references]
@@ -180,9 +181,9 @@ def _sanity(results: Sequence[CostResult], pricing: Pricing, resolved: ResolvedP
     return warnings
 
 
-def _best(results: tuple[CostResult, ...]) -> CostResult | None:
+def _best(results: Sequence[CostResult]) -> CostResult | None:
     """The engine with an operating point whose fleet costs least a month; without a volume, the cheapest per
-    request."""
+    request (of those accurate enough to win)."""
     sized = [result for result in results if result.operating_point is not None]
     if not sized:
         return None

@@ -148,6 +148,9 @@ class Requirements(BaseModel):
     model_not_offered: bool = False
     version_must_be_pinned: bool = False
     reason: str = ""
+    # The least accuracy on the team's eval (`bench quality`): an option whose 95 % interval lies below it can't
+    # win the verdict; one whose interval holds it wins with a warning (COSTMODEL.md, "Quality").
+    min_accuracy: float | None = Field(default=None, gt=0, le=1)
 
     def reasons(self) -> list[str]:
         said = [text for flag, text in (

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, get_args
 
+from common.accuracy import Accuracy
 from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH, Requirements
 from costmodel.prices import GpuPrice, ProviderPrice, StalePrice
 
@@ -268,6 +269,7 @@ class EngineLevels:
     engine: str
     levels: tuple[MeasuredLevel, ...]
     capacity: MeasuredLevel | None = None
+    accuracy: Accuracy | None = None  # on the team's eval (quality.json, or its graded levels); None: not graded
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,15 @@ class CostResult:
     # With a throughput interval: the fleet sized at its high end (fewer replicas) and at its low end.
     fleet_range: tuple[FleetPlan, FleetPlan] | None = None
     usd_per_request_range: tuple[float, float] | None = None
+    accuracy: Accuracy | None = None  # its answers on the team's eval, where graded
+
+    @property
+    def usd_per_correct_answer(self) -> float | None:
+        """Cost per request over the share answered right: beside the cost per request, never instead of the
+        accuracy floor."""
+        if self.usd_per_request is None or self.accuracy is None or self.accuracy.accuracy <= 0:
+            return None
+        return self.usd_per_request / self.accuracy.accuracy
 
     def provider(self, provider_id: str) -> ProviderCost | None:
         return next((p for p in self.providers if p.id == provider_id), None)

@@ -18,6 +18,10 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
             resolved: ResolvedPricing, requirements: Requirements, slo: LatencyLimits,
             attainment_target: float) -> Verdict:
     lines: list[str] = []
+    floor = requirements.min_accuracy
+    rejected = [r for r in results if below_accuracy(r, floor)]
+    if best is None and rejected and any(r.operating_point is not None for r in rejected):
+        return _not_accurate(rejected, floor, requirements, compared_of(rejected))
     if best is None:
         lines.append(f"No measured level met the SLO ({slo.describe(attainment_target)}).")
         lines += [f"{r.engine}: {r.no_operating_point_reason}" for r in results]
@@ -26,6 +30,7 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
             return _required(requirements, lines, None, None, None)
         return Verdict("undecided", "Can't size self-hosting: no measured load met the latency targets.", tuple(lines))
     lines.append(_operating_line(best, resolved, slo, attainment_target))
+    lines += accuracy_lines(best, rejected, floor)
     fleet, volume = best.fleet, resolved.monthly_tokens
     self_usd = fleet.monthly_usd if fleet else None
     api_usd = compared.monthly_usd if compared else None
@@ -49,6 +54,57 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
     if fleet is None or api_usd is None or self_usd is None:
         return _without_volume(compared, cross_tokens, lines)
     return _cheaper_side(self_usd, api_usd, cross_tokens, compared, volume, lines)
+
+
+def below_accuracy(result: CostResult, floor: float | None) -> bool:
+    """An option that can't win: its accuracy's whole interval lies below the floor."""
+    return floor is not None and result.accuracy is not None and result.accuracy.high < floor
+
+
+def compared_of(results: Sequence[CostResult]) -> ProviderCost | None:
+    """The cheapest provider price any of these options was compared with (what is left to pay)."""
+    prices = [p for r in results for p in r.providers if not p.is_secondary] or \
+        [p for r in results for p in r.providers]
+    return min(prices, key=lambda p: p.usd_per_request) if prices else None
+
+
+def accuracy_lines(best: CostResult, rejected: Sequence[CostResult], floor: float | None) -> list[str]:
+    """What the eval says of the options: those below the floor, the winner's accuracy and its cost per correct
+    answer, and a warning when the floor lies inside the winner's interval or was never checked."""
+    required = f" the required {floor:.0%}" if floor is not None else ""
+    lines = [f"{r.engine} can't win: its accuracy {r.accuracy.describe()} lies below{required}." for r in rejected
+             if r.accuracy is not None]
+    said = best.accuracy
+    if said is not None:
+        per_correct = best.usd_per_correct_answer
+        lines.append(f"{best.engine} answers the eval right {said.describe()}"
+                     + (f": {usd(per_correct)} per correct answer, against {usd(best.usd_per_request)} per request."
+                        if per_correct is not None and best.usd_per_request is not None else "."))
+        if floor is not None and said.low < floor <= said.high:
+            lines.append(f"Warning: {best.engine}'s accuracy interval holds{required}: it may fall short of it; grade "
+                         "more items to tell.")
+    elif floor is not None:
+        lines.append(f"Warning: {best.engine}'s accuracy was not measured, so{required} is not checked (run "
+                     "`bench quality` on the same engine and report that run beside this one).")
+    return lines
+
+
+def _not_accurate(rejected: Sequence[CostResult], floor: float | None, requirements: Requirements,
+                  compared: ProviderCost | None) -> Verdict:
+    """Every self-hosted option that met the SLO answers below the accuracy floor."""
+    lines = [f"{r.engine}: accuracy {r.accuracy.describe()}." for r in rejected if r.accuracy is not None]
+    lines.append("The providers' accuracy on this eval is not known from these runs: measure the one you would "
+                 "pay with `bench quality --engine endpoint` before relying on it.")
+    required = f"{floor:.0%}" if floor is not None else "the required accuracy"
+    if requirements.is_self_hosting_required():
+        reasons = "; ".join(requirements.reasons())
+        return Verdict("self-host-required", f"Self-host: required because {reasons}, but no measured option "
+                       f"reaches the required accuracy of {required}: find a better model or configuration.",
+                       tuple(lines))
+    where = f" at {compared.id}" if compared else ""
+    return Verdict("pay-per-token", f"Pay per token{where}: no self-hosted option reaches the required accuracy "
+                   f"of {required} on the eval.", tuple(lines),
+                   provider_usd_per_month=compared.monthly_usd if compared else None)
 
 
 def _without_volume(compared: ProviderCost, cross_tokens: float | None, lines: list[str]) -> Verdict:

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.accuracy import Accuracy
+
 Api = Literal["chat", "completions"]
 
 
@@ -357,16 +359,6 @@ class ClientSide:
 
 
 STEP_BUCKETS = ((1, 1, "1"), (2, 5, "2-5"), (6, 20, "6-20"), (21, None, "21+"))
-
-
-@dataclass(frozen=True)
-class Accuracy:
-    """Graded answers: the share right, its 95 % Wilson interval, and how many were graded."""
-
-    accuracy: float
-    low: float
-    high: float
-    n: int
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,9 @@ def report(
     provider: list[str] = typer.Option(None, help=PROVIDER_HELP),
     monthly_tokens: float = typer.Option(None, min=0, help="Input + output tokens per month, e.g. 3e9."),
     monthly_tasks: float = typer.Option(None, min=0, help="Agent sessions: tasks (sessions) per month, e.g. 2e5."),
+    min_accuracy: float = typer.Option(None, min=0, max=1, help="The least share of the eval answered right "
+                                                               "(`bench quality`): an option whose 95 % interval "
+                                                               "lies below it can't win, e.g. 0.6."),
     prices: list[Path] = typer.Option(None, help="Your own price YAML: adds rows, or replaces rows with the same id."),
     out: Path = typer.Option(None, help="The HTML report to write (report.md, report.json and plots/ beside it); "
                                         "default RUN_DIR/report.html for one run, ./report.html for several."),
@@ -72,7 +75,7 @@ def report(
     try:
         settings = _settings(scenario, run_dirs[0]).with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
-            monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks)
+            monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks, min_accuracy=min_accuracy)
         result = render_report(run_dirs, out, settings=settings, prices=prices or [])
     except (ReportError, PriceError, ValueError) as exc:
         fail(_message(exc))

@@ -24,7 +24,6 @@ from loadgen.quality.results import Agreement, EvalItem, Paired, RunAnswers, Sco
 from loadgen.recorder import read_records
 from loadgen.replay.requests import Replay
 
-QUALITY_FILE = "quality.json"
 QUALITY_SCENARIO = "quality"
 
 
@@ -175,12 +174,6 @@ def write_quality(run: QualityRun, replay: Replay, plan: QualityPlan) -> Path:
         "paired": run.paired.to_json() if run.paired else None,
         "agreement": run.agreement.to_json() if run.agreement else None,
     }
-    path = run.run_dir / QUALITY_FILE
+    path = run.run_dir / rundir.QUALITY_FILE
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
-
-
-def read_quality(run_dir: Path) -> dict[str, Any] | None:
-    """A run's quality.json, if `bench quality` wrote one."""
-    path = run_dir / QUALITY_FILE
-    return json.loads(path.read_text()) if path.is_file() else None

@@ -30,8 +30,9 @@ from bench.flows.costinputs import (
 from bench.flows.report_plan import memory_plan
 from bench.inputs.scenario import DecisionSettings
 from bench.run import rundir
-from bench.run.rundir import Run
+from bench.run.rundir import Run, read_quality
 from bench.run.runinfo import RunInfo
+from common.accuracy import Accuracy
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
@@ -40,6 +41,7 @@ from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
+from loadgen.quality.figures import accuracy
 from loadgen.recorder import read_jsonl
 from loadgen.sessions.figures import pick_lane
 from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
@@ -80,8 +82,8 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
     labels = _unique_labels(runs)
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
-    engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run))
-               for run, label in zip(runs, labels, strict=True)]
+    engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run),
+                            run_accuracy(run)) for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     tasks = task_decision(runs, labels, settings, catalog, today or date.today())
@@ -95,6 +97,17 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         cache_hit_source=cache_hit_source, tasks=tasks)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
+
+
+def run_accuracy(run: Run) -> Accuracy | None:
+    """A run's accuracy on its eval: quality.json's (`bench quality`), else its graded levels' pooled."""
+    written = read_quality(run.run_dir)
+    if written is not None and written.get("n"):
+        return Accuracy(written["accuracy"], written["low"], written["high"], written["n"])
+    graded = [s.quality for s in run.summaries if s.quality is not None]
+    if not graded:
+        return None
+    return accuracy(round(sum(q.accuracy * q.n for q in graded)), sum(q.n for q in graded))
 
 
 def render_run_report(run_dir: Path) -> Path | None:

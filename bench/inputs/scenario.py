@@ -72,7 +72,8 @@ class DecisionSettings(BaseModel):
                        hours_per_month: float | None = None, ops_usd_per_month: float | None = None,
                        gpu_pricing: str | None = None, headroom: float | None = None,
                        spare_replicas: int | None = None, cache_hit_rate: float | None = None,
-                       uses_batch_api: bool | None = None, monthly_tasks: float | None = None) -> DecisionSettings:
+                       uses_batch_api: bool | None = None, monthly_tasks: float | None = None,
+                       min_accuracy: float | None = None) -> DecisionSettings:
         """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
         price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
         pricing: dict[str, object] = {}
@@ -93,9 +94,11 @@ class DecisionSettings(BaseModel):
             traffic.update({k: v for k, v in (("peak_to_average", peak_to_average),
                                                ("hours_per_month", hours_per_month)) if v is not None})
         changed = traffic != (self.traffic or Traffic()).model_dump()
+        requirements = self.requirements if min_accuracy is None else \
+            Requirements.model_validate({**self.requirements.model_dump(), "min_accuracy": min_accuracy})
         return self.model_copy(update={
             "pricing": Pricing.model_validate({**self.pricing.model_dump(), **pricing}),
-            "traffic": Traffic.model_validate(traffic) if changed else self.traffic})
+            "traffic": Traffic.model_validate(traffic) if changed else self.traffic, "requirements": requirements})
 
 
 class Scenario(BaseModel):

@@ -9,6 +9,8 @@
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
         repeats.json     with --repeats: each level's headline figures as mean, 95 % interval and values
         capacity.json    a capacity search's answer and every probe (bench.flows.capacity)
+        quality.json     `bench quality`: the eval's accuracy by grader and category, the comparison with the
+                         baseline (bench.flows.quality)
         telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
         engine.log       the engine's output, when the toolkit launched it
         workers.log      local client workers' own output (--workers), when there was any
@@ -50,6 +52,7 @@ from loadgen.types import (
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
+QUALITY_FILE = "quality.json"  # `bench quality`: the eval's scores and the comparison with its baseline
 LEVELS_FILE = "levels.jsonl"
 WORKERS_LOG = "workers.log"  # client workers' own output (--workers), if any
 SUMMARY_CSV = "summary.csv"
@@ -224,6 +227,12 @@ def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
         tmp.write_bytes(b"".join(kept))
         tmp.replace(path)
     return dropped
+
+
+def read_quality(run_dir: Path) -> dict[str, Any] | None:
+    """A run's quality.json, if `bench quality` wrote one."""
+    path = run_dir / QUALITY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:

@@ -172,5 +172,5 @@ def agreement(reference: RunAnswers, other: RunAnswers) -> Agreement:
             if (b := other.answers.get(line)) is not None and a.answer_sha256 and b.answer_sha256]
     tokens = [(a.first_token_sha256, b.first_token_sha256) for a, b in both
               if a.first_token_sha256 and b.first_token_sha256]
-    return Agreement(reference.name, other.name, len(both), sum(1 for a, b in both if a.answer_sha256 == b.answer_sha256),
-                     len(tokens), sum(1 for a, b in tokens if a == b))
+    identical = sum(1 for a, b in both if a.answer_sha256 == b.answer_sha256)
+    return Agreement(reference.name, other.name, len(both), identical, len(tokens), sum(1 for a, b in tokens if a == b))

@@ -47,14 +47,14 @@ def test_the_accuracy_bench_quality_reports_is_the_share_answered_right_and_two_
     assert a["eval"]["items"] == 200 and a["temperature"] == 0.0 and a["concurrency"] == 4
     assert a["paired"] is None  # the first engine is the baseline
     pair = b["paired"]
-    only_a = sum(x and not y for x, y in zip(right_a, right_b))
-    only_b = sum(y and not x for x, y in zip(right_a, right_b))
+    only_a = sum(x and not y for x, y in zip(right_a, right_b, strict=True))
+    only_b = sum(y and not x for x, y in zip(right_a, right_b, strict=True))
     assert (pair["only_baseline_right"], pair["only_other_right"]) == (only_a, only_b)
     assert pair["num_differ"] == only_a + only_b > 10 and pair["p_value"] < 0.001
     assert f"eighty gets {only_a + only_b} of 200 differently from sixty" in result.stdout
     # The answers are fingerprinted, never kept: equal answers where both were right (the accepted word) or both
     # wrong ("wrong").
-    same = sum(x == y for x, y in zip(right_a, right_b))
+    same = sum(x == y for x, y in zip(right_a, right_b, strict=True))
     assert b["agreement"]["num_identical"] == same and b["agreement"]["num_compared"] == 200
 
 
@@ -96,3 +96,25 @@ def test_a_reference_run_of_another_eval_is_refused_naming_it(scripted, tmp_path
     assert "--against" in refused.stderr and "quiz.jsonl" in refused.stderr and "other.jsonl" in refused.stderr
     missing = bench(*args, "--eval", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "c"))
     assert missing.returncode == 2 and "--eval" in missing.stderr and "no such file" in missing.stderr
+
+
+def test_the_report_puts_accuracy_beside_cost_and_a_floor_above_the_interval_keeps_self_hosting_from_winning(
+        scripted, tmp_path) -> None:
+    write_quiz(tmp_path / "quiz.jsonl", 100)
+    scripted.set_script(ttft_ms=20, itl_ms=5, right_share=0.6)  # a client at ease: a valid level
+    asked = bench("quality", "--eval", str(tmp_path / "quiz.jsonl"), "--engine", "endpoint", "--base-url",
+                  scripted.base_url, "--model", "scripted", "--out", str(tmp_path / "runs"), timeout=120)
+    assert asked.returncode == 0, asked.stderr
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    quality = json.loads((run_dir / "quality.json").read_text())
+    report = bench("report", str(run_dir), "--gpu", "h100-sxm", "--min-accuracy", "0.9", "--out",
+                   str(tmp_path / "report.html"))
+    assert report.returncode == 0, report.stderr
+    assert "no self-hosted option reaches the required accuracy of 90%" in report.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    (engine,) = data["engines"]
+    assert engine["accuracy"]["accuracy"] == quality["accuracy"] and engine["accuracy"]["n"] == 100
+    assert engine["usd_per_correct_answer"] == engine["usd_per_request"] / quality["accuracy"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## Accuracy beside cost" in markdown and "below: can't win" in markdown
+    assert "Accuracy beside cost" in (tmp_path / "report.html").read_text()
