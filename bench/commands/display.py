@@ -202,18 +202,23 @@ def ui_overhead_table(levels: list[UiLevel], title: str) -> Table:
 
 
 def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default: ConfigResult | None,
-               objective: str) -> Table:
+               objective: str, min_accuracy: float | None = None) -> Table:
     """Each configuration of a tune: capacity and throughput at the operating point, what that costs, time to
     ready, and the objective's figure against the default's; the best marked."""
     table = Table(title=f"configurations, best by {objective} marked *")
+    from bench.flows.tune import accuracy_note
+
+    graded = any(r.accuracy is not None for r in results)
     for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
-                 "TTFT p50 lowest load", "peak out tok/s", "vs default", "note"):
+                 "TTFT p50 lowest load", "peak out tok/s", "vs default", *(["accuracy"] if graded else []), "note"):
         table.add_column(name, justify="left" if name in ("configuration", "status", "note") else "right")
     for r in results:
         mark = " *" if chosen is not None and r.name == chosen.name else ""
+        accuracy = [f"{r.accuracy.accuracy:.1%}" if r.accuracy else "-"] if graded else []
+        note = "; ".join(n for n in (r.busy, accuracy_note(r, default, min_accuracy)) if n)
         table.add_row(r.name + mark, r.status.split(":")[0], _fmt(r.capacity_load, 1), _fmt(r.output_tokens_per_s),
                       _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s), _fmt(r.ttft_p50_ms_lowest_load),
-                      _fmt(r.peak_output_tokens_per_s), _against(r, default, objective), r.busy or "")
+                      _fmt(r.peak_output_tokens_per_s), _against(r, default, objective), *accuracy, note)
     return table
 
 

@@ -40,6 +40,10 @@ def tune(
     concurrency: str | None = typer.Option(None, help="Closed-loop levels of each configuration's sweep, e.g. "
                                                       "1,8,32."),
     rate: str | None = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
+    min_accuracy: float | None = typer.Option(None, min=0, max=1, help="With a graded workload (e.g. --scenario "
+                                                                       "quality): a configuration whose accuracy "
+                                                                       "interval lies below this share can't be "
+                                                                       "the best."),
 ) -> None:
     """Try an engine's configurations (the default, then each of a grid or a file): capacity under the SLO,
     throughput and cost for each, the best marked, and the Pareto front of per-user speed and throughput."""
@@ -73,7 +77,7 @@ def tune(
             folder = flags.out / f"tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kinds[0]}"
             folder.mkdir(parents=True)
             plan = Tune(folder, kinds[0], check_objective(objective), [TuneEntry(c) for c in with_default(tried)],
-                        _settings(flags, concurrency, rate))
+                        _settings(flags, concurrency, rate), min_accuracy)
             plan.save()
     except (TuneError, ValueError) as exc:
         fail(str(exc))
@@ -182,19 +186,20 @@ def _new_run_dir(folder: Path, before: set[Path]) -> str | None:
 def _finish(plan: Tune) -> None:
     """The table, the chart and the tune report, from every configuration measured so far."""
     from bench.commands.display import tune_table
-    from bench.flows.tune import best, config_result, pareto_front
+    from bench.flows.tune import accuracy_note, best, config_result, pareto_front
     from reports.tune_report import write_tune_report
 
     results = [config_result(plan.folder, e) for e in plan.entries]
-    chosen = best(results, plan.objective)
+    chosen = best(results, plan.objective, plan.min_accuracy)
     default = next((r for r in results if r.name == "default"), None)
     points = [(r.name, x, y) for r in results for x, y in r.curve]
     front = pareto_front(points)
-    console.print(tune_table(results, chosen, default, plan.objective))
+    console.print(tune_table(results, chosen, default, plan.objective, plan.min_accuracy))
     verdict = _verdict(plan.folder, chosen)
     num_tried = sum(r.run_dir is not None for r in results)
     data = {"engine": plan.engine, "objective": plan.objective, "folder": str(plan.folder),
-            "configs": [dataclasses.asdict(r) for r in results], "best": chosen.name if chosen else None,
+            "configs": [{**dataclasses.asdict(r), "accuracy_note": accuracy_note(r, default, plan.min_accuracy)}
+                        for r in results], "best": chosen.name if chosen else None, "min_accuracy": plan.min_accuracy,
             "num_tried": num_tried,
             "pareto_front": [{"config": name, "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y}
                              for name, x, y in front], "verdict": verdict}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.run.rundir import Run, RunDirError, read_run
+from common.accuracy import Accuracy
 from common.validation import parse_yaml_mapping
 from loadgen.metrics import MAX_OUTSIDE_CORES
 
@@ -106,11 +107,12 @@ class Tune:
     # The measuring flags every configuration shares (MeasureFlags' fields, and the levels), as given: a
     # resumed tune measures what is left exactly as it began.
     settings: dict[str, Any] = field(default_factory=dict)
+    min_accuracy: float | None = None  # a configuration whose accuracy interval lies below it can't be the best
     created_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def save(self) -> None:
         data = {"engine": self.engine, "objective": self.objective, "created_at": self.created_at,
-                "settings": self.settings,
+                "settings": self.settings, "min_accuracy": self.min_accuracy,
                 "configs": [{**asdict(e.config), "run_dir": e.run_dir, "status": e.status} for e in self.entries]}
         temporary = self.folder / (TUNE_FILE + ".tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -124,7 +126,8 @@ class Tune:
         data = json.loads(path.read_text())
         entries = [TuneEntry(TuneConfig(c["name"], c["args"]), c.get("run_dir"), c.get("status", "pending"))
                    for c in data["configs"]]
-        return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}), data["created_at"])
+        return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
+                   data.get("min_accuracy"), data["created_at"])
 
 
 def check_objective(objective: str) -> str:
@@ -150,6 +153,7 @@ class ConfigResult:
     curve: tuple[tuple[float, float], ...] = ()  # per level: (1000 / TPOT p50, output tokens/s per GPU)
     why_no_point: str | None = None
     busy: str | None = None  # levels that shared the machine with other work, said as the level notes say it
+    accuracy: Accuracy | None = None  # a graded workload (e.g. --scenario quality): its answers, all levels pooled
 
 
 def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
@@ -185,7 +189,8 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         per_hour / (tokens * 3600) * 1e6 if per_hour and tokens else None, ready,
         (first.get("ttft_ms") or {}).get("p50"), max((lv.get("output_tokens_per_s") or 0 for lv in levels),
                                                      default=None),
-        curve, engine.get("no_operating_point_reason"), busy)
+        curve, engine.get("no_operating_point_reason"), busy, Accuracy(**engine["accuracy"]) if engine.get("accuracy")
+        else None)
 
 
 def busy_note(run: Run) -> str | None:
@@ -200,9 +205,26 @@ def busy_note(run: Run) -> str | None:
             "(see its report)")
 
 
-def best(results: list[ConfigResult], objective: str) -> ConfigResult | None:
+def accuracy_note(result: ConfigResult, default: ConfigResult | None, min_accuracy: float | None = None) -> str | None:
+    """A configuration that answers differently: its accuracy outside the default's 95 % interval, or its own
+    interval below the floor (then it can't be the best)."""
+    said = result.accuracy
+    if said is None:
+        return None
+    notes = []
+    if min_accuracy is not None and said.high < min_accuracy:
+        notes.append(f"accuracy {said.accuracy:.0%} below the required {min_accuracy:.0%}: can't be the best")
+    base = default.accuracy if default is not None and default is not result else None
+    if base is not None and not base.low <= said.accuracy <= base.high:
+        notes.append(f"accuracy {said.accuracy:.0%} outside the default's interval ({base.low * 100:.0f}-"
+                     f"{base.high:.0%})")
+    return "; ".join(notes) or None
+
+
+def best(results: list[ConfigResult], objective: str, min_accuracy: float | None = None) -> ConfigResult | None:
     """The best configuration by the objective, among those the SLO let have an operating point (latency:
-    the lowest TTFT at the lowest load, throughput: the highest output tokens/s of any level)."""
+    the lowest TTFT at the lowest load, throughput: the highest output tokens/s of any level) and, with
+    `min_accuracy`, whose accuracy interval does not lie below it."""
     def score(r: ConfigResult) -> tuple[float, float] | None:
         if objective == "capacity":  # ties broken by the throughput there
             return None if r.capacity_load is None else (r.capacity_load, r.output_tokens_per_s or 0.0)
@@ -212,7 +234,10 @@ def best(results: list[ConfigResult], objective: str) -> ConfigResult | None:
             return None if r.peak_output_tokens_per_s is None else (r.peak_output_tokens_per_s, 0.0)
         return None if r.ttft_p50_ms_lowest_load is None else (-r.ttft_p50_ms_lowest_load, 0.0)
 
-    scored = [(s, r) for r in results if (s := score(r)) is not None]
+    def accurate_enough(r: ConfigResult) -> bool:
+        return min_accuracy is None or r.accuracy is None or r.accuracy.high >= min_accuracy
+
+    scored = [(s, r) for r in results if accurate_enough(r) and (s := score(r)) is not None]
     return max(scored, key=lambda pair: pair[0])[1] if scored else None
 
 

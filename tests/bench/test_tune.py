@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from bench.flows.tune import (
     ConfigResult,
     TuneConfig,
     TuneError,
+    accuracy_note,
     best,
     pareto_front,
     parse_grids,
     read_configs,
     with_default,
 )
+from common.accuracy import Accuracy
 from tests.bench.test_cli import BENCH, bench
 
 SHORT = ["--model", "dummy:tiny", "--concurrency", "2", "--duration", "1", "--input-tokens", "16",
@@ -69,6 +72,19 @@ def test_the_best_is_by_the_objective_among_configurations_with_an_operating_poi
     assert best(results, "capacity").name == "b"  # equal capacity: the one with more throughput there
     assert best(results, "cost").name == "b" and best(results, "latency").name == "b"
     assert best([result("none", None, None)], "capacity") is None
+
+
+def test_accuracy_marks_a_configuration_outside_the_defaults_interval_and_a_floor_keeps_it_from_the_best() -> None:
+    default = replace(result("default", 8, 100), accuracy=Accuracy(0.70, 0.65, 0.75, 300))
+    faster = replace(result("int4", 16, 200), accuracy=Accuracy(0.55, 0.49, 0.61, 300))
+    alike = replace(result("int8", 12, 150), accuracy=Accuracy(0.68, 0.63, 0.73, 300))
+    results = [default, faster, alike]
+    assert accuracy_note(faster, default) == "accuracy 55% outside the default's interval (65-75%)"
+    assert accuracy_note(alike, default) is None and accuracy_note(default, default) is None
+    assert accuracy_note(result("x", 1, 1), default) is None  # not graded: nothing to say
+    assert best(results, "capacity").name == "int4"
+    assert best(results, "capacity", min_accuracy=0.65).name == "int8"
+    assert "below the required 65%: can't be the best" in accuracy_note(faster, default, 0.65)
 
 
 def test_the_pareto_front_keeps_only_points_no_other_beats_on_both_axes() -> None:
