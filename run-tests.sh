@@ -46,7 +46,7 @@ fi
 if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
-default="not cuda and not vllm and not openwebui and not ray"  # what addopts in pyproject.toml leaves out, too
+default="not cuda and not vllm and not openwebui and not ray and not lmeval"  # what addopts in pyproject.toml leaves out, too
 status=0
 .venv/bin/python -m pytest -q -n 2 --dist loadfile -m "$default and not serial" || status=$?
 .venv/bin/python -m pytest -q -m "$default and serial" || status=$?

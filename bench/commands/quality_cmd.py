@@ -28,6 +28,12 @@ def quality(
                                            "same first token with --logprobs."),
     logprobs: bool = typer.Option(False, help="Ask for logprobs, so first tokens compare (llama.cpp, vLLM, SGLang "
                                               "and OpenAI return them; the reference engine refuses them)."),
+    lm_eval: str = typer.Option(None, "--lm-eval", help="Run lm-evaluation-harness TASK(s) (comma-separated, "
+                                                        "generation tasks) against each engine instead "
+                                                        "($BENCH_LMEVAL: its own environment)."),
+    lm_eval_include: Path = typer.Option(None, help="A folder of lm-eval task YAMLs (e.g. a task over a local "
+                                                    "JSONL file), passed as its --include_path."),
+    lm_eval_limit: int = typer.Option(None, min=1, help="lm-eval: only the first N documents of each task."),
 ) -> None:
     """Grade each engine's answers to one eval (greedy, every item once): accuracy with its 95 % interval, by
     grader and category, written to quality.json; engines compared item by item (exact McNemar)."""
@@ -41,6 +47,9 @@ def quality(
 
     if flags.resume:
         fail("--resume: a quality run is asked again whole (it takes minutes, not hours); drop --resume")
+    if lm_eval is not None:
+        _lm_eval(flags, lm_eval, lm_eval_include, lm_eval_limit, concurrency)
+        return
     try:
         outcome = run_quality(flags, QualityPlan(eval, concurrency, against, logprobs))
     except (QualityError, ScenarioError, EndpointError, EngineError, EngineStartError, ValueError) as exc:
@@ -62,3 +71,41 @@ def quality(
         errors.print(f"[bold red]not asked:[/] {engine}: {reason}", highlight=False, markup=True)
     if outcome.failures:
         raise typer.Exit(2 if not shown else 1)
+
+
+def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | None, concurrency: int) -> None:
+    """lm-eval against each engine; its scores printed, and written to each run's quality.json."""
+    from rich.table import Table
+
+    from bench.flows.lm_eval import LmEvalError, LmEvalPlan, find_lm_eval, run_lm_eval
+    from engines.endpoint import EndpointError
+    from engines.launch import EngineStartError
+    from engines.registry import EngineError
+
+    if include is not None and not include.is_dir():
+        fail(f"--lm-eval-include {include}: no such folder (a folder of lm-eval task YAMLs)")
+    try:
+        python = find_lm_eval()
+        runs, failures = run_lm_eval(flags, LmEvalPlan(task, include, concurrency, limit), python)
+    except (LmEvalError, EndpointError, EngineError, EngineStartError, ValueError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(stopping.exit_code()) from None
+    table = Table(title=f"lm-eval: {task}")
+    for name in ("engine", "task", "metric", "value", "stderr", "documents"):
+        table.add_column(name, justify="left" if name in ("engine", "task", "metric") else "right")
+    for run in runs:
+        for name, scores in run.scores.items():
+            for metric, value in scores.items():
+                if metric == "n" or metric.endswith("_stderr"):
+                    continue
+                stderr = scores.get(f"{metric}_stderr")
+                table.add_row(run.name, name, metric, f"{value:.4g}",
+                              f"{stderr:.3g}" if isinstance(stderr, int | float) else "-", str(scores.get("n") or "-"))
+    console.print(table)
+    for run in runs:
+        console.print(f"{run.name}: {run.run_dir / 'quality.json'}", highlight=False)
+    for engine, reason in failures:
+        errors.print(f"[bold red]not evaluated:[/] {engine}: {reason}", highlight=False, markup=True)
+    if failures:
+        raise typer.Exit(2 if not runs else 1)

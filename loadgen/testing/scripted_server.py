@@ -364,6 +364,9 @@ class ScriptedProtocol:
         elif fault == "drop" or (fault == "drop_reused" and self.num_served > 0):
             assert self.transport is not None
             self.transport.close()
+        elif not body.get("stream"):  # the whole answer at once (OpenAI's default; eval harnesses ask so), untimed
+            self.num_served += 1
+            self.respond_json(200, _whole_answer(body, is_chat, script))
         else:
             self.num_served += 1
             self.stream(body, is_chat, fault, arrived)
@@ -531,6 +534,20 @@ def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: di
     if usage is not None:
         payload["usage"] = usage
     return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _whole_answer(body: dict[str, Any], is_chat: bool, script: Script) -> dict[str, Any]:
+    """A non-streamed completion: a quiz's answer, else `max_tokens` words."""
+    num_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    text = (_quiz_answer(body, script, 0) if script.right_share >= 0 else None) or " x" * num_tokens
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "logprobs": None}
+    if is_chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    prompt_tokens = len(_prompt_words(body))
+    return {"id": "scripted", "object": "chat.completion" if is_chat else "text_completion", "model": script.model,
+            "choices": [choice], "usage": _usage(prompt_tokens, len(text.split()))}
 
 
 def _logprobs(token: str, is_chat: bool) -> dict[str, Any]:
