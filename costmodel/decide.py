@@ -96,7 +96,8 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     results = tuple(replace(evaluate(engine, slo, pricing.slo_attainment_target, resolved), accuracy=engine.accuracy)
                     for engine in engines)
     best = _best([r for r in results if not below_accuracy(r, requirements.min_accuracy)])
-    compared = _compared_to(best) if best else None
+    priced = best or _best(results)  # none accurate enough: the provider is still priced against the cheapest
+    compared = _compared_to(priced) if priced else None
     rows = sensitivity(best, compared, resolved, catalog) if best and compared else None
     rows_used: list[GpuPrice | ProviderPrice] = [*resolved.providers, *resolved.references]
     if resolved.gpu:

@@ -21,7 +21,7 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
     floor = requirements.min_accuracy
     rejected = [r for r in results if below_accuracy(r, floor)]
     if best is None and rejected and any(r.operating_point is not None for r in rejected):
-        return _not_accurate(rejected, floor, requirements, compared_of(rejected))
+        return _not_accurate(rejected, floor, requirements, compared)
     if best is None:
         lines.append(f"No measured level met the SLO ({slo.describe(attainment_target)}).")
         lines += [f"{r.engine}: {r.no_operating_point_reason}" for r in results]
@@ -59,13 +59,6 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
 def below_accuracy(result: CostResult, floor: float | None) -> bool:
     """An option that can't win: its accuracy's whole interval lies below the floor."""
     return floor is not None and result.accuracy is not None and result.accuracy.high < floor
-
-
-def compared_of(results: Sequence[CostResult]) -> ProviderCost | None:
-    """The cheapest provider price any of these options was compared with (what is left to pay)."""
-    prices = [p for r in results for p in r.providers if not p.is_secondary] or \
-        [p for r in results for p in r.providers]
-    return min(prices, key=lambda p: p.usd_per_request) if prices else None
 
 
 def accuracy_lines(best: CostResult, rejected: Sequence[CostResult], floor: float | None) -> list[str]:

@@ -270,11 +270,23 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "usd_per_request_range": result.usd_per_request_range, "providers": result.providers,
             "warnings": result.warnings, "levels": levels,
             "accuracy": result.accuracy, "usd_per_correct_answer": result.usd_per_correct_answer,
+            "billed": _billed_per_correct_answer(result, run),
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
             "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
             "replicas": _replicas(run), "ui": _ui(run, index), "plan": run.plan}
+
+
+def _billed_per_correct_answer(result: CostResult, run: ReportRun) -> dict[str, Any] | None:
+    """An endpoint the toolkit did not launch (a provider, most often): its answers at the compared provider's
+    prices, per request and per correct answer, from the usage it reported."""
+    requests = sum(b.usage.num_requests for b in run.bills)
+    if run.launched_by != "user" or result.accuracy is None or not requests or result.accuracy.accuracy <= 0:
+        return None
+    per_request = sum(b.billed_usd for b in run.bills) / requests
+    return {"provider": run.bills[0].provider_id, "usd_per_request": per_request,
+            "usd_per_correct_answer": per_request / result.accuracy.accuracy}
 
 
 def _ui(run: ReportRun, index: int) -> dict[str, Any] | None:

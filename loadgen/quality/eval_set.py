@@ -43,10 +43,16 @@ def build_items(seed: int = SEED) -> list[dict[str, Any]]:
     """The eval's lines in order: each with its prompt, answer, grader and category."""
     rng = random.Random(seed)
     items: list[dict[str, Any]] = []
+    asked: set[str] = set()
     for make, count in ((_capital, 40), (_next_day, 7), (_next_month, 12), (_opposite, 12),
                         (_small_sum, 50), (_two_digit_sum, 30), (_difference, 20), (_conversion, 35),
                         (_count_list, 40), (_largest, 30), (_alphabetical, 24)):
-        items += [make(rng, index) for index in range(count)]
+        for index in range(count):
+            item = make(rng, index)
+            while item["prompt"] in asked:  # a question drawn twice is drawn again: each one is asked once
+                item = make(rng, index)
+            asked.add(item["prompt"])
+            items.append(item)
     return items
 
 

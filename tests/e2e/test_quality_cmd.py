@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from loadgen.testing.scripted_server import quiz_is_right
 from tests.bench.test_cli import bench
 from tests.e2e.test_graded import write_quiz
@@ -115,6 +117,9 @@ def test_the_report_puts_accuracy_beside_cost_and_a_floor_above_the_interval_kee
     (engine,) = data["engines"]
     assert engine["accuracy"]["accuracy"] == quality["accuracy"] and engine["accuracy"]["n"] == 100
     assert engine["usd_per_correct_answer"] == engine["usd_per_request"] / quality["accuracy"]
+    billed = engine["billed"]  # an endpoint bench did not launch: its answers as the compared provider bills them
+    assert billed["provider"] == data["compared_to"]
+    assert billed["usd_per_correct_answer"] == pytest.approx(billed["usd_per_request"] / quality["accuracy"])
     markdown = (tmp_path / "report.md").read_text()
     assert "## Accuracy beside cost" in markdown and "below: can't win" in markdown
     assert "Accuracy beside cost" in (tmp_path / "report.html").read_text()
