@@ -13,11 +13,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from bench.flows.quality import QualityRun
 from bench.flows.tune import ConfigResult
 from common.units import share
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
+from loadgen.quality.results import Scores
 from loadgen.runner import LevelBounds
 from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
 from reports.ui_overhead import UiLevel
@@ -125,17 +125,16 @@ def quality_table(summaries: list[LevelSummary], title: str = "graded answers") 
     return table
 
 
-def quality_runs_table(runs: list[QualityRun], title: str = "quality") -> Table:
-    """Each engine on one eval: accuracy with its 95 % interval, and by category."""
-    categories = sorted({name for run in runs for name in run.scores.by_category})
+def quality_runs_table(runs: list[tuple[str, Scores]], title: str = "quality") -> Table:
+    """Each engine on one eval (its name and scores): accuracy with its 95 % interval, and by category."""
+    categories = sorted({name for _, scores in runs for name in scores.by_category})
     table = Table(title=title)
     for name in ("engine", "graded", "accuracy", "95 % interval", "failed", *categories):
         table.add_column(name, justify="left" if name == "engine" else "right")
-    for run in runs:
-        s = run.scores
+    for engine, s in runs:
         acc = s.overall
         by = [f"{a.accuracy:.0%} of {a.n}" if (a := s.by_category.get(c)) else "-" for c in categories]
-        table.add_row(run.name, str(acc.n if acc else 0), f"{acc.accuracy:.1%}" if acc else "-",
+        table.add_row(engine, str(acc.n if acc else 0), f"{acc.accuracy:.1%}" if acc else "-",
                       f"{acc.low:.1%} to {acc.high:.1%}" if acc else "-", str(s.num_failed), *by)
     return table
 

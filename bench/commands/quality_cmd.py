@@ -59,7 +59,7 @@ def quality(
         raise typer.Exit(stopping.exit_code()) from None
     shown = ([outcome.baseline] if outcome.baseline else []) + outcome.runs
     if shown:
-        console.print(quality_runs_table(shown))
+        console.print(quality_runs_table([(run.name, run.scores) for run in shown]))
     for run in outcome.runs:
         if run.paired is not None and run.paired.num_both:
             console.print(run.paired.sentence(), highlight=False)
