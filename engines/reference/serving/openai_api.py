@@ -97,6 +97,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+MAX_STOP_STRINGS = 16  # each one is checked against every generated token's text
+
+
 def _read(body: dict, name: str, ok: Callable[[Any], bool], accepted: str, default: Any = None) -> Any:
     value = body.get(name, _MISSING)
     if value is _MISSING or value is None:
@@ -113,7 +116,10 @@ def _read_stop(body: dict) -> tuple[str, ...]:
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise ApiError(f"stop must be a string or a list of strings, got {stop!r}", param="stop")
+        raise ApiError(f"stop must be a string or a list of strings, got {str(stop)[:200]}", param="stop")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ApiError(f"stop takes at most {MAX_STOP_STRINGS} strings (OpenAI's API takes 4), got {len(stop)}",
+                       param="stop")
     return tuple(s for s in stop if s)
 
 

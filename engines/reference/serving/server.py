@@ -180,6 +180,9 @@ class Server:
             raise self.limits.body_too_large(None) from None
         except ValueError:
             raise ApiError("the request body must be valid JSON") from None
+        except RecursionError:  # the parser's own limit: answered as the bad input it is, not a server error
+            raise ApiError("the request body is nested too deeply to read (JSON nested past Python's recursion "
+                           "limit)") from None
         generation = parse(body, kind, self.limits)
         request_id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
         try:

@@ -188,6 +188,7 @@ BAD_REQUESTS = [
     (COMPLETIONS, {**PROMPT, "top_k": -2}, 400, "top_k"),
     (COMPLETIONS, {**PROMPT, "seed": "x"}, 400, "seed"),
     (COMPLETIONS, {**PROMPT, "stop": 5}, 400, "stop"),
+    (COMPLETIONS, {**PROMPT, "stop": [f"s{i}" for i in range(1000)]}, 400, "stop"),  # at most 16, said so
     (COMPLETIONS, {**PROMPT, "stop_token_ids": [-1]}, 400, "stop_token_ids"),
     (COMPLETIONS, {**PROMPT, "min_tokens": -1}, 400, "min_tokens"),
     (COMPLETIONS, {**PROMPT, "min_tokens": 20, "max_tokens": 5}, 400, "min_tokens"),
@@ -225,6 +226,8 @@ def test_malformed_bodies_and_unknown_routes_get_json_errors(server: Server) -> 
     assert not_object.status_code == 400 and "object" in not_object.json()["error"]["message"]
     unknown = httpx.get(server.base_url + "/nothing-here", timeout=10)
     assert unknown.status_code == 404 and "error" in unknown.json()
+    deep = httpx.post(server.base_url + COMPLETIONS, content=b"[" * 100_000 + b"]" * 100_000, timeout=10)
+    assert deep.status_code == 400 and "nested too deeply" in deep.json()["error"]["message"]
 
 
 def test_unknown_fields_are_ignored(server: Server) -> None:
