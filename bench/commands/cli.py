@@ -212,6 +212,9 @@ def serve(ctx: typer.Context) -> None:
     from engines.reference.serving.options import parse_args
 
     stopping.install()
+    if any(arg in ("-h", "--help") for arg in ctx.args):
+        _serve_help()
+        return
     stack, argv = _stack_flags(ctx.args)
     options = parse_args(argv, prog="bench serve")  # --help and a bad flag end here, as argparse does
     if stack.replicas is not None or stack.ui:
@@ -233,13 +236,29 @@ def _stack_flags(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     import argparse
 
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--replicas", type=int)
-    parser.add_argument("--router-policy", default="round_robin")
-    parser.add_argument("--ui", action="store_true")
-    parser.add_argument("--ui-port", type=int, default=8080)
-    parser.add_argument("--ui-python")
-    parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui")
+    _add_stack_flags(parser)
     return parser.parse_known_args(args)
+
+
+def _add_stack_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--replicas", type=int, help="run N replicas of the engine behind vllm-router")
+    parser.add_argument("--router-policy", default="round_robin",
+                        help="the router's policy with --replicas: round_robin (default), cache_aware, power_of_two, "
+                             "random, consistent_hash")
+    parser.add_argument("--ui", action="store_true", help="Open WebUI in front of the engine")
+    parser.add_argument("--ui-port", type=int, default=8080, help="the UI's port (default 8080)")
+    parser.add_argument("--ui-python", help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
+    parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui",
+                        help="where the UI keeps its data and the account it signs in with")
+
+
+def _serve_help() -> None:
+    """The engine's flags and `bench serve`'s own (replicas, router, UI), in one help."""
+    from engines.reference.serving.options import build_parser
+
+    parser = build_parser("bench serve")
+    _add_stack_flags(parser.add_argument_group("bench serve's own flags (a stack around the engine)"))
+    parser.print_help()
 
 
 def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namespace) -> None:

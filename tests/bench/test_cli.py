@@ -226,5 +226,8 @@ def test_bench_serve_takes_exactly_the_servers_own_flags() -> None:
     assert result.returncode == 0 and result.stdout.startswith("usage: bench serve")
     for field in fields(ServerOptions):
         assert f"--{field.name.replace('_', '-')}" in result.stdout, field.name
+    assert "bench serve's own flags" in result.stdout  # the stack around the engine, beside its flags
+    for flag in ("--replicas", "--router-policy", "--ui", "--ui-port", "--ui-python", "--ui-data"):
+        assert f"{flag} " in result.stdout, flag
     bad = bench("serve", "--max-num-seqs", "many")
     assert bad.returncode == 2 and "--max-num-seqs: invalid int value: 'many'" in bad.stderr

@@ -40,6 +40,11 @@ class ServerOptions:
 
 def parse_args(argv: list[str] | None = None, prog: str = "python -m engines.reference") -> ServerOptions:
     """The server's flags, one per option; `--help` prints them and exits, a bad flag exits with code 2."""
+    return ServerOptions(**vars(build_parser(prog).parse_args(argv)))
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    """The server's flags as argparse takes them (a caller may add its own beside them)."""
     defaults = ServerOptions()
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--model", default=defaults.model, help="a .gguf file, a safetensors directory, "
@@ -65,4 +70,4 @@ def parse_args(argv: list[str] | None = None, prog: str = "python -m engines.ref
     parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1 keeps it on this machine)")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")
-    return ServerOptions(**vars(parser.parse_args(argv)))
+    return parser
