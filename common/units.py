@@ -22,6 +22,16 @@ def usd(value: float | None, cents: bool | None = None) -> str:
     return f"-{text}" if value < 0 else text
 
 
+def usd_rate(value: float | None) -> str:
+    """A price per unit (a GPU-hour) as it is quoted: to the cent, and the cents' fraction kept when it has one
+    ($2.99, $1.1375, $0.5625), never rounded away."""
+    if value is None:
+        return "-"
+    text = f"{abs(value):,.4f}".rstrip("0")
+    whole, fraction = text.split(".")
+    return f"{'-' if value < 0 else ''}${whole}.{fraction.ljust(2, '0')}"
+
+
 def tokens(value: float | None) -> str:
     """3.0e9 -> '3.0 B', 450e6 -> '450 M', 1200 -> '1,200'."""
     if value is None:

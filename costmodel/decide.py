@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date
 
+from common.units import usd_rate
 from costmodel.evaluate import evaluate
 from costmodel.hardware import gpu_spec
 from costmodel.inputs import (
@@ -48,7 +49,7 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     gpu: GpuPrice | None = None
     if pricing.gpu_usd_per_hour is not None:
         price = pricing.gpu_usd_per_hour
-        label = f"{pricing.gpu or 'GPU'} at your price (${price:g}/GPU-h, {pricing.gpu_pricing})"
+        label = f"{pricing.gpu or 'GPU'} at your price ({usd_rate(price)}/GPU-h, {pricing.gpu_pricing})"
         reserved = bills_every_hour(pricing.gpu_pricing)
     elif pricing.gpu:
         gpu = catalog.gpu(pricing.gpu, pricing.gpu_pricing)

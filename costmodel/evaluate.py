@@ -130,6 +130,12 @@ def _no_point_reason(level_costs: tuple[LevelCost, ...]) -> str:
     """Why no level is the operating point: each level's SLO problems."""
     if not level_costs:
         return "no level was measured"
+    lowest, *higher = sorted(level_costs, key=lambda cost: cost.load)
+    passed = [cost.label for cost in higher if not cost.slo_problems]
+    if passed:
+        return (f"the lowest level {lowest.label} does not meet the SLO ({', '.join(lowest.slo_problems)}); "
+                f"{', '.join(passed)} above it did, but a load counts only when every lower one meets the SLO too "
+                "(noise or a warm-up effect: measure again)")
     return "no measured level meets the SLO: " + "; ".join(f"{cost.label}: {', '.join(cost.slo_problems)}"
                                                            for cost in level_costs)
 

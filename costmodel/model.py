@@ -11,6 +11,7 @@ one request, b its blended price per 1M tokens, rho(c) = C_req(c) / a the break-
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from costmodel.prices import ProviderPrice
 from costmodel.types import LatencyLimits, LevelCost, MeasuredLevel, OperatingPoint
@@ -115,22 +116,30 @@ def break_even_utilization(self_usd_per_request: float | None, provider_usd_per_
 
 def operating_point(levels: Sequence[MeasuredLevel], slo: LatencyLimits,
                     attainment_target: float) -> OperatingPoint | None:
-    """c*: the highest *measured* load that meets the SLO (COSTMODEL.md: interpolating toward a failing
-    level overstates capacity, since latency rises faster than linearly near saturation). None when no
-    level meets it; never beyond the highest measured level."""
+    """c*: the highest *measured* load that meets the SLO with no failing level below it (COSTMODEL.md:
+    interpolating toward a failing level overstates capacity, since latency rises faster than linearly near
+    saturation; a level that passes above one that failed is noise or a warm-up effect, named in `skipped`).
+    None when no level below the first failing one meets it; never beyond the highest measured level."""
     ordered = sorted(levels, key=lambda level: level.load)
-    passing = [i for i, level in enumerate(ordered) if not slo_problems(level, slo, attainment_target)]
-    if not passing:
+    failing = [i for i, level in enumerate(ordered) if slo_problems(level, slo, attainment_target)]
+    first_failing = failing[0] if failing else len(ordered)
+    if first_failing == 0:
         return None
-    level = ordered[passing[-1]]
-    above = ordered[passing[-1] + 1] if passing[-1] + 1 < len(ordered) else None
+    level = ordered[first_failing - 1]
+    above = ordered[first_failing] if first_failing < len(ordered) else None
+    skipped = [ordered[i].label for i in range(first_failing + 1, len(ordered)) if i not in failing]
     if above is None:
         limited_by = "the highest measured level (capacity may be higher: measure more load)"
     elif not above.is_valid:
         limited_by = f"{above.label} above it is invalid ({above.why_invalid})"
     else:
         limited_by = f"{above.label} above it: " + "; ".join(slo_problems(above, slo, attainment_target))
-    return at_level(level, above.label if above else None, limited_by)
+    point = at_level(level, above.label if above else None, limited_by)
+    if skipped and above is not None:
+        point = replace(point, skipped=f"{', '.join(skipped)} met the SLO too, but {above.label} below "
+                                       f"{'them' if len(skipped) > 1 else 'it'} did not: not used (noise or a "
+                                       "warm-up effect; measure those loads again)")
+    return point
 
 
 def at_level(level: MeasuredLevel, next_failing: str | None, limited_by: str) -> OperatingPoint:

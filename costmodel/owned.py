@@ -88,14 +88,16 @@ def _edge(cost: Callable[[float], float], other: Callable[[float], float], above
     return below
 
 
-def payback_months(fleet: OwnedFleet, alternative_usd_per_month: float | None) -> float | None:
-    """Months until the purchase is paid back by what owning saves each month on the alternative (the
-    running costs, hosting, energy and operations, counted; the purchase itself not)."""
+def payback_months(fleet: OwnedFleet, alternative_usd_per_month: float | None,
+                   residual_share: float = 0.0) -> float | None:
+    """Months until the purchase, less the residual value it is sold for at the end, is paid back by what
+    owning saves each month on the alternative (the running costs, hosting, energy and operations, counted;
+    the purchase itself not)."""
     if alternative_usd_per_month is None:
         return None
     running = fleet.monthly_usd - fleet.servers * fleet.server.capex_usd
     saving = alternative_usd_per_month - running
-    return fleet.purchase_usd / saving if saving > 0 else None
+    return fleet.purchase_usd * (1 - residual_share) / saving if saving > 0 else None
 
 
 def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: Assumptions,
@@ -127,8 +129,9 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: 
         provider_id=compared.id if compared else None, provider_monthly_usd=api_usd,
         own_beats_rent_above=first_cheaper(own, rent),
         own_beats_provider_above=first_cheaper(own, api) if compared else None,
-        payback_months_vs_rent=payback_months(fleet, rent_usd) if fleet else None,
-        payback_months_vs_provider=payback_months(fleet, api_usd) if fleet else None,
+        payback_months_vs_rent=payback_months(fleet, rent_usd, owned.residual_share) if fleet else None,
+        payback_months_vs_provider=payback_months(fleet, api_usd, owned.residual_share) if fleet else None,
+        life_months=owned.amortization_years * MONTHS_PER_YEAR,
         sensitivity=rows, notes=_notes(owned, server, assumptions),
         joules_per_output_token=server.power_w_per_gpu * assumptions.gpus_per_replica / point.output_tokens_per_s
         if point.output_tokens_per_s > 0 else None,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from common.units import usd_rate
 from common.validation import parse_yaml_mapping, validate
 from costmodel.inputs import PricingKind
 
@@ -115,7 +116,7 @@ class GpuPrice(_Dated):
 
     def label(self) -> str:
         per_node = f", {self.gpus_per_node}-GPU node / {self.gpus_per_node}" if self.gpus_per_node > 1 else ""
-        return f"{self.id} (${self.usd_per_gpu_hour:.2f}/GPU-h{per_node})"
+        return f"{self.id} ({usd_rate(self.usd_per_gpu_hour)}/GPU-h{per_node})"
 
 
 class ProviderPrice(_Dated):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from common.units import usd
+from common.units import usd, usd_rate
 from costmodel.fleet import crossover, fleet_for
 from costmodel.inputs import HOURS_PER_MONTH, bills_every_hour
 from costmodel.model import request_price
@@ -44,7 +44,7 @@ def sensitivity(best: CostResult, compared: ProviderCost, resolved: ResolvedPric
         return outcome(label, request_per_s, best.isl, best.osl, assumptions, price, resolved.monthly_tokens)
 
     table = [
-        SensitivityRow("GPU price", usd(base.gpu_usd_per_hour) + "/GPU-h", _gpu_prices(resolved, catalog, run)),
+        SensitivityRow("GPU price", usd_rate(base.gpu_usd_per_hour) + "/GPU-h", _gpu_prices(resolved, catalog, run)),
         SensitivityRow("Throughput at the SLO", f"{base_request_per_s:.2f} req/s per replica",
                        tuple(run(f"{f - 1:+.0%}", request_per_s=base_request_per_s * f) for f in THROUGHPUT_RANGE)),
         SensitivityRow("Peak-to-average", f"{base.peak_ratio:.2g}",

@@ -121,6 +121,7 @@ class OperatingPoint:
     output_tokens_per_s_range: tuple[float, float] | None = None
     num_repeats: int = 1
     power_w_per_gpu: float | None = None  # the GPUs' mean draw at this load, where they were read
+    skipped: str | None = None  # higher levels that met the SLO above one that did not, and why they are not used
 
 
 @dataclass(frozen=True)
@@ -434,12 +435,31 @@ class OwnedComparison:
     own_beats_provider_above: float | None
     payback_months_vs_rent: float | None  # None: owning saves nothing on renting at this traffic
     payback_months_vs_provider: float | None
+    life_months: float = 0.0  # the amortization period: a payback past it is no payback
     sensitivity: tuple[SensitivityRow, ...] = ()
     notes: tuple[str, ...] = ()
     # At the operating point: the GPUs' energy per output token (J) at the power used (measured or board power)
     joules_per_output_token: float | None = None
     usd_per_request: float | None = None  # at the operating point, fully busy, at the owned GPU-hour
     usd_per_m_tokens: float | None = None  # the same per 1M tokens (input + output)
+
+    def payback_phrase(self) -> str:
+        """How long the purchase (less its residual value) takes to pay back against each alternative, to a tenth
+        of a month; past the hardware's life it does not pay back at all: `in 19.9 months against renting and not
+        within its 4-year life against paying per token (770.2 months)`."""
+        years = f"{self.life_months / 12:g}-year life"
+        said = []
+        for months, what in ((self.payback_months_vs_rent, "renting"),
+                             (self.payback_months_vs_provider, "paying per token")):
+            if self.provider_id is None and what == "paying per token":
+                continue
+            if months is None:
+                said.append(f"never against {what} (owning saves nothing on it each month)")
+            elif self.life_months and months > self.life_months:
+                said.append(f"not within its {years} against {what} ({months:,.1f} months)")
+            else:
+                said.append(f"in {months:,.1f} months against {what}")
+        return " and ".join(said)
 
 
 @dataclass(frozen=True)

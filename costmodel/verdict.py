@@ -9,9 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from common.units import tokens, usd
+from common.units import tokens, usd, usd_rate
 from costmodel.inputs import Requirements
-from costmodel.types import CostResult, LatencyLimits, OwnedComparison, ProviderCost, ResolvedPricing, Verdict
+from costmodel.types import (
+    CostResult,
+    Crossover,
+    LatencyLimits,
+    OwnedComparison,
+    ProviderCost,
+    ResolvedPricing,
+    Verdict,
+)
 
 
 def verdict(results: Sequence[CostResult], best: CostResult | None, compared: ProviderCost | None,
@@ -42,7 +50,7 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
                      f"{fleet.gpus} GPUs ({resolved.gpu_label}), {fleet.utilization:.0%} busy on average; "
                      f"{usd(fleet.gpu_usd_per_month)} GPUs + {usd(fleet.ops_usd_per_month)} operations.")
     if compared and cross:
-        lines.append(_crossover_line(cross_tokens, cross.reason, compared, volume))
+        lines.append(_crossover_line(cross, compared, volume, self_usd, api_usd))
     range_line = _range_line(best, compared, volume)
     if range_line:
         lines.append(range_line)
@@ -114,14 +122,15 @@ def _without_volume(compared: ProviderCost, cross_tokens: float | None, lines: l
 
 def _cheaper_side(self_usd: float, api_usd: float, cross_tokens: float | None, compared: ProviderCost,
                   volume: float | None, lines: list[str]) -> Verdict:
-    """Both monthly costs known: the cheaper side, by how much, at the traffic's volume."""
+    """Both monthly costs known: the cheaper side, by how much, at the traffic's volume (to the cent, as the
+    table beside it says them)."""
     where = f"{compared.id}, the cheapest of the compared hosts" if not compared.is_secondary else compared.id
     if self_usd < api_usd:
-        head = (f"Self-host: {usd(self_usd)}/month against {usd(api_usd)}/month at {where}: "
-                f"{usd(api_usd - self_usd)}/month less at {tokens(volume)} tokens/month.")
+        head = (f"Self-host: {usd(self_usd, True)}/month against {usd(api_usd, True)}/month at {where}: "
+                f"{usd(api_usd - self_usd, True)}/month less at {tokens(volume)} tokens/month.")
         return Verdict(answer="self-host", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
                        provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
-    head = (f"Pay per token: {usd(api_usd)}/month at {where}, against {usd(self_usd)}/month to self-host "
+    head = (f"Pay per token: {usd(api_usd, True)}/month at {where}, against {usd(self_usd, True)}/month to self-host "
             f"{tokens(volume)} tokens/month.")
     return Verdict(answer="pay-per-token", headline=head, lines=tuple(lines), self_host_usd_per_month=self_usd,
                    provider_usd_per_month=api_usd, crossover_tokens=cross_tokens)
@@ -138,10 +147,11 @@ def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLim
     if point.request_per_s_range is not None:
         low, high = point.request_per_s_range
         spread = f", {low:.2f} to {high:.2f} in {point.num_repeats} repeats (95 % interval)"
+    skipped = f" {point.skipped[0].upper()}{point.skipped[1:]}." if point.skipped else ""
     return (f"{best.engine} meets the SLO ({slo.describe(target)}) up to {point.request_per_s:.2f} requests/s "
             f"per replica{spread} ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, at "
             f"{point.level}; limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
-            f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.")
+            f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.{skipped}")
 
 
 def _range_line(best: CostResult, compared: ProviderCost | None, volume: float | None) -> str | None:
@@ -193,11 +203,24 @@ def _shared_unit(low: float, high: float) -> str:
     return f"{a} to {b}"
 
 
-def _crossover_line(cross_tokens: float | None, reason: str, compared: ProviderCost, volume: float | None) -> str:
-    if cross_tokens is None:
-        return f"No crossover with {compared.id}: {reason}."
-    times = f" ({cross_tokens / volume:.2g}x this traffic)" if volume else ""
-    return f"Crossover with {compared.id}: self-hosting is cheaper above {tokens(cross_tokens)} tokens/month{times}."
+def _crossover_line(cross: Crossover, compared: ProviderCost, volume: float | None, self_usd: float | None,
+                    api_usd: float | None) -> str:
+    """Where self-hosting becomes cheaper; with whole replicas the cost is a sawtooth, so where it is first
+    cheaper and where it stays cheaper are both said, with what it costs at this traffic when that lies between."""
+    at = cross.monthly_tokens
+    if at is None:
+        return f"No crossover with {compared.id}: {cross.reason}."
+    times = f" ({at / volume:.2g}x this traffic)" if volume else ""
+    stays = cross.stays_cheaper_above
+    if stays is None or tokens(stays) == tokens(at) or stays <= at:
+        return f"Crossover with {compared.id}: self-hosting is cheaper above {tokens(at)} tokens/month{times}."
+    said = (f"Crossover with {compared.id}: self-hosting is first cheaper at {tokens(at)} tokens/month{times} and "
+            f"cheaper for good above {tokens(stays)} (whole replicas make its cost a sawtooth)")
+    if volume is not None and at <= volume < stays and self_usd is not None and api_usd:
+        change = self_usd / api_usd - 1
+        said += (f"; at this traffic ({tokens(volume)}) it costs {abs(change):.0%} "
+                 f"{'more' if change > 0 else 'less'} than {compared.id}")
+    return said + "."
 
 
 def _required(requirements: Requirements, lines: list[str], self_usd: float | None, api_usd: float | None,
@@ -233,7 +256,7 @@ def owned_lines(owned: OwnedComparison) -> list[str]:
     s, fleet = owned.server, owned.fleet
     lines = [f"Owned: a server costs {usd(s.total_usd)}/month ({usd(s.capex_usd)} purchase spread over its life, "
              f"{usd(s.hosting_usd)} hosting, {usd(s.energy_usd)} for {s.energy_kwh:,.0f} kWh), "
-             f"{usd(owned.usd_per_gpu_hour)} per GPU-hour"
+             f"{usd_rate(owned.usd_per_gpu_hour)} per GPU-hour"
              + (f", {usd(owned.usd_per_request)} a request and {usd(owned.usd_per_m_tokens)} per 1M tokens fully busy"
                 if owned.usd_per_request is not None else "")
              + f"; power {s.power_w_per_gpu:,.0f} W per GPU, {s.power_source}."]
@@ -248,11 +271,8 @@ def owned_lines(owned: OwnedComparison) -> list[str]:
         if owned.provider_monthly_usd is not None:
             three += f", pay per token {usd(owned.provider_monthly_usd)} ({owned.provider_id})"
         lines.append(f"Per month at {tokens(fleet.monthly_tokens)} tokens: {three}.")
-        paybacks = [f"{months:,.0f} months against {what}" for months, what in
-                    ((owned.payback_months_vs_rent, "renting"), (owned.payback_months_vs_provider, "paying per token"))
-                    if months is not None]
-        lines.append(f"The purchase ({usd(fleet.purchase_usd)}) pays back in " + " and ".join(paybacks) + "."
-                     if paybacks else "At this traffic owning saves nothing each month: the purchase never pays back.")
+        lines.append(f"The purchase ({usd(fleet.purchase_usd)}, less its residual value) pays back "
+                     f"{owned.payback_phrase()}.")
     rent_at, api_at = owned.own_beats_rent_above, owned.own_beats_provider_above
     lines.append("Owning beats renting " + (f"above {tokens(rent_at)} tokens/month" if rent_at else "at no volume")
                  + (f", and beats {owned.provider_id} above {tokens(api_at)} tokens/month" if api_at

@@ -174,7 +174,9 @@ def _owned(decision: Decision) -> dict[str, Any] | None:
     rows = [{"name": row.name, "base_label": row.base_label,
              "variations": [{**asdict(v), "saving_usd_per_month": v.saving_usd_per_month} for v in row.variations]}
             for row in owned.sensitivity]
-    return {**asdict(owned), "server_total_usd": owned.server.total_usd, "sensitivity": rows}
+    payback = owned.payback_phrase() if owned.fleet else None
+    return {**asdict(owned), "server_total_usd": owned.server.total_usd, "sensitivity": rows,
+            "payback": payback}
 
 
 def _provider_row(p: ProviderCost, role: str) -> dict[str, Any]:
@@ -196,7 +198,8 @@ def assumptions(decision: Decision, runs: list[ReportRun], cache_hit_source: str
              if a.hourly_profile else f"peak {a.peak_ratio:g}x the average, {a.hours_of_operation:,.0f} h/month")
     lines.append(f"Traffic: {tokens(volume) + ' tokens/month' if volume else 'volume not given'}, {shape}.")
     lines.append(f"GPU: {decision.pricing.gpu_label}, {a.gpus_per_replica} per replica, billed "
-                 f"{a.billed_hours_per_month:,.0f} h/month; {a.headroom:.0%} headroom, {a.spare_replicas} spare "
+                 f"{a.billed_hours_per_month:,.0f} h/month; each replica planned at {a.headroom:.0%} of its capacity "
+                 f"({1 - a.headroom:.0%} headroom), {a.spare_replicas} spare "
                  f"replica(s), at least {a.min_serving_replicas} serving.")
     lines.append(f"Operations: {usd(a.ops_usd_per_month)}/month.")
     lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits ({cache_hit_source}), "

@@ -232,7 +232,8 @@ def assumption_lines(decision: Decision) -> list[str]:
     volume = f"{tokens(pricing.monthly_tokens)} tokens/month, " if pricing.monthly_tokens is not None else ""
     lines.append(f"traffic: {volume}peak-to-average {a.peak_ratio:.3g}{assumed or f' ({shape})'}, "
                  f"{a.hours_of_operation:g} h/month of operation")
-    lines.append(f"fleet: each replica planned at {share(a.headroom)} of its throughput (headroom), "
+    lines.append(f"fleet: each replica planned at {share(a.headroom)} of its capacity ({share(1 - a.headroom)} "
+                 "headroom), "
                  f"{a.spare_replicas} spare replica(s), {a.gpus_per_replica} GPU(s) per replica")
     lines.append(f"GPU: {pricing.gpu_label}, billed {a.billed_hours_per_month:g} h/month")
     batch = "batch API used where a row has a discount" if a.uses_batch_api else "no batch API"

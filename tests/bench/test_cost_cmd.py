@@ -101,7 +101,7 @@ def test_the_text_states_lengths_headroom_peak_hours_and_that_people_are_not_cou
     assert result.exit_code == 0, result.output
     out = " ".join(result.output.split())  # rich may wrap long lines
     assert "256 input + 128 output tokens on average (ISL/OSL)" in out
-    assert "planned at 80% of its throughput (headroom), 1 spare replica(s)" in out
+    assert "planned at 80% of its capacity (20% headroom), 1 spare replica(s)" in out
     assert "peak-to-average 2 (given), 730 h/month of operation" in out
     assert "operations: $0.00/month: people's time to run the fleet is not counted" in out
     assert "warning: operations cost is $0/month" in out
@@ -130,3 +130,20 @@ def test_the_batch_api_without_a_discount_in_the_rows_is_said() -> None:
     result = run(*BASE, "--gpu", "h100-sxm", "--batch-api")
     assert result.exit_code == 0, result.output
     assert "no compared price row has a batch discount" in " ".join(result.output.split())
+
+
+def test_a_crossover_below_the_traffic_never_reads_as_if_self_hosting_won() -> None:
+    """R* = 2,800 / 250 = 11.2 req/s; N = 1.4e11 / 1,250 = 112 M requests; peak 3 x 112e6 / 2,628,000 = 127.85
+    req/s over 0.8 x 11.2 = 8.96 a replica -> 15 serving + 1 spare = 16 GPUs x $3 x 730 = $35,040. gpt-4o-mini:
+    (1,000 x 0.15 + 250 x 0.60) / 1e6 = $0.0003 a request x 112 M = $33,600. The fluid crossover lies at 137 B
+    (below the traffic), the sawtooth's last gap ends at 256 B: at 140 B self-hosting costs 35,040 / 33,600 - 1
+    = 4 % more."""
+    result = run("cost", "--throughput", "2800", "--input-tokens", "1000", "--output-tokens", "250", "--gpu-price", "3",
+                 "--provider", "openai/gpt-4o-mini", "--monthly-tokens", "1.4e11", "--peak-to-average", "3",
+                 "--ops-cost", "0")
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "Pay per token: $33,600" in out and "$35,040" in out
+    assert ("self-hosting is first cheaper at 137 B tokens/month (0.98x this traffic) and cheaper for good above "
+            "256 B (whole replicas make its cost a sawtooth); at this traffic (140 B) it costs 4% more than "
+            "openai/gpt-4o-mini") in out

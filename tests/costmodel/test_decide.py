@@ -1,8 +1,8 @@
 """The whole decision, with the sanity examples worked out independently by hand, to the cent.
 
 Example 1: Llama 3.1 8B on one H100 SXM at $2.99/h, 2,400 output tokens/s at the SLO with 256 input + 128
-output tokens per request, 3.0 B tokens/month, peak 2x the average, always on, 80 % headroom, one spare,
-$2,000/month of operations; against Together at $0.18 / $0.18 per 1M tokens.
+output tokens per request, 3.0 B tokens/month, peak 2x the average, always on, each replica planned at 80 % of
+capacity, one spare, $2,000/month of operations; against Together at $0.18 / $0.18 per 1M tokens.
 Example 2: Llama 3.3 70B on 2 x H100 at $2.99/h, 1,500 output tokens/s per replica, 50 B tokens/month,
 peak 1.5x, $4,000/month of operations; against Together at $0.88 / $0.88.
 The examples' prices are pinned here (EXAMPLES), so their arithmetic stays put when the shipped catalog
@@ -72,7 +72,7 @@ def test_sanity_example_1_small_model_pays_per_token() -> None:
     assert together.crossover.monthly_tokens is None
     assert d.verdict.answer == "pay-per-token"
     assert d.verdict.headline.startswith("Pay per token: $540.00/month at together/llama-3.1-8b")
-    assert "$6,365/month" in d.verdict.headline
+    assert "$6,365.40/month" in d.verdict.headline  # to the cent, as the table says it
 
 
 def test_sanity_example_1_closed_reference_crosses_over_at_363_billion_tokens() -> None:
@@ -105,7 +105,7 @@ def test_sanity_example_2_large_model_self_hosts() -> None:
     # V(8) = 49,191,590,909.09 tokens/month (both sides $43,288.60 there)
     assert together.crossover.monthly_tokens == pytest.approx(49_191_590_909.09, abs=0.01)
     assert d.verdict.answer == "self-host"
-    assert d.verdict.headline.startswith("Self-host: $43,289/month against $44,000/month")
+    assert d.verdict.headline.startswith("Self-host: $43,288.60/month against $44,000.00/month")
     assert "$711.40/month less" in d.verdict.headline
     flips = [row.name for row in d.sensitivity.rows if d.sensitivity.flips(row)]
     assert "Throughput at the SLO" in flips and "GPU price" in flips  # a close call, and the report says so

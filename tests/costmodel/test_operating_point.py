@@ -68,10 +68,11 @@ def test_an_invalid_level_is_never_the_operating_point() -> None:
     assert point is not None and point.level == "c4" and point.next_failing == "c8" and "invalid" in point.limited_by
 
 
-def test_the_highest_passing_level_wins_even_above_a_failing_one() -> None:
+def test_a_failing_level_bounds_the_point_even_when_one_above_it_passes() -> None:
     noisy = level("c2", 2, 1.9, 0.9, 300, 30)  # fails attainment, but c4 above it passes
     point = operating_point([C1, noisy, C4], SLO_1S, 0.95)
-    assert point is not None and point.level == "c4"
+    assert point is not None and point.level == "c1" and point.next_failing == "c2"
+    assert point.skipped is not None and point.skipped.startswith("c4 met the SLO too, but c2 below it did not")
 
 
 def test_a_repeated_level_carries_its_throughput_interval_to_the_point() -> None:
@@ -87,3 +88,28 @@ def test_an_slo_on_the_first_visible_token_judges_a_reasoning_model_by_it() -> N
     assert operating_point([reasoning], SLO_1S, 0.95) is not None
     assert operating_point([reasoning], replace(SLO_1S, ttfvt_ms=1000), 0.95) is None
     assert "TTFVT" in replace(SLO_1S, ttfvt_ms=1000).describe(0.95)
+
+
+def test_a_level_passing_above_a_failing_one_is_skipped_and_said_so() -> None:
+    """c1 and c4 pass, c8 fails, c16 passes again (noise, a warm-up effect): the point is c4, and c16 is named."""
+    c16 = level("c16", 16, 9.0, 0.97, 900, 80)
+    point = operating_point([C1, C4, C8, c16], SLO_1S, 0.95)
+    assert point is not None and (point.level, point.next_failing) == ("c4", "c8")
+    assert point.skipped == ("c16 met the SLO too, but c8 below it did not: not used (noise or a warm-up effect; "
+                             "measure those loads again)")
+    assert operating_point([C1, C4, C8], SLO_1S, 0.95).skipped is None
+
+
+def test_when_the_lowest_level_fails_no_higher_one_is_the_point_and_the_reason_says_why() -> None:
+    from costmodel.decide import decide
+    from costmodel.inputs import Pricing, Requirements, Traffic
+    from costmodel.types import EngineLevels
+    from tests.costmodel.test_decide import CATALOG, TODAY
+
+    cold = replace(C1, ttft_p95_ms=2500, slo_attainment=0.5)  # the first level, slow (a cold start)
+    assert operating_point([cold, C4], SLO_1S, 0.95) is None
+    d = decide([EngineLevels("ref", (cold, C4))], SLO_1S, Traffic(monthly_tokens=3e9),
+               Pricing(gpu="h100-sxm", model="llama-3.1-8b"), Requirements(), CATALOG, TODAY)
+    reason = d.results[0].no_operating_point_reason
+    assert reason.startswith("the lowest level c1 does not meet the SLO (")
+    assert "c4 above it did, but a load counts only when every lower one meets the SLO too" in reason

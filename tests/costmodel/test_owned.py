@@ -11,13 +11,15 @@ always on, no spare: one replica serves 1 x 3,600 x 730 x 1,000 = 2.628 B tokens
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pydantic import ValidationError
 
 from costmodel.fleet import fleet_for
 from costmodel.inputs import Owned
 from costmodel.owned import first_cheaper, owned_fleet, payback_months, server_month, usd_per_gpu_hour
-from costmodel.types import Assumptions
+from costmodel.types import Assumptions, OwnedComparison
 
 OWNED = Owned(server_usd=200_000, gpus_per_server=8, amortization_years=4, hosting_usd_per_server_month=1000,
               server_overhead_w=1000, pue=1.3, usd_per_kwh=0.10)
@@ -111,3 +113,20 @@ def test_the_draw_measured_at_the_operating_point_powers_the_owned_servers() -> 
                load_catalog(), date(2026, 12, 1))
     assert d.owned is not None and d.owned.server.power_w_per_gpu == 550.0
     assert d.owned.server.power_source.startswith("measured") and round(d.owned.server.energy_usd, 2) == 512.46
+
+
+def test_payback_counts_the_residual_value_and_past_the_life_is_no_payback() -> None:
+    """With 25 % back at the end, $150,000 is paid back by $10,053.66 a month in 14.9 months. Against a provider
+    it saves only $194.67 on ($1,821.01 a month; 200,000 / 194.67 = 1,027.4 months, past the 48-month life)."""
+    busy = owned_fleet(2e10, R, ISL, OSL, RENTED, OWNED, server())
+    assert round(payback_months(busy, 11_680, residual_share=0.25), 1) == 14.9
+    slow = payback_months(busy, 1_821.01)
+    assert round(slow, 1) == 1027.4
+    said = OwnedComparison(usd_per_gpu_hour=0.99, server=server(), fleet=busy, rent_monthly_usd=11_680,
+                           provider_id="x/model", provider_monthly_usd=1_821.01, own_beats_rent_above=None,
+                           own_beats_provider_above=None, payback_months_vs_rent=payback_months(busy, 11_680),
+                           payback_months_vs_provider=slow, life_months=48)
+    assert said.payback_phrase() == ("in 19.9 months against renting and not within its 4-year life against paying "
+                                    "per token (1,027.4 months)")
+    never = replace(said, payback_months_vs_provider=None)
+    assert never.payback_phrase().endswith("never against paying per token (owning saves nothing on it each month)")
