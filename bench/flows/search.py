@@ -22,6 +22,7 @@ from typing import Literal
 Verdict = Literal["pass", "fail", "invalid"]
 RATE_STEP = 0.01  # requests/s: the finest an arrival-rate search goes
 NARROW_MARGIN = 0.1  # a narrowing probe stays this share of the gap away from either end
+CLOSE_MARGIN = 0.1  # a secant step may land by an end only when that end's margin is this close to the limit
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,18 @@ class CapacitySearch:
     stopped_because: str | None = None
     saturated: bool = False
     _moved: list[str] = field(default_factory=list)  # which end each narrowing step moved: "lo" / "hi"
+    _gaps: list[float] = field(default_factory=list)  # the bracket's width before each narrowing step, and after
 
     def record(self, probe: Probe) -> None:
         bracket = self._bracket()
         self.probes.append(probe)
-        if bracket[1] is not None and probe.verdict != "invalid":  # a narrowing step
+        if bracket[0] is not None and bracket[1] is not None and probe.verdict != "invalid":  # a narrowing step
             self._moved.append("lo" if probe.verdict == "pass" else "hi")
+            lo, hi = self._bracket()
+            if not self._gaps:
+                self._gaps.append(bracket[1].load - bracket[0].load)
+            if lo is not None and hi is not None:
+                self._gaps.append(hi.load - lo.load)
 
     def next_load(self) -> float | None:
         """The load to probe next, or None when the search is over (then `result()` says why)."""
@@ -168,7 +175,11 @@ class CapacitySearch:
         """Where the worst margin, taken as linear in load, reaches 1 (regula falsi); when one end has moved
         n >= 2 times running, the other end's pull is halved n - 1 times (the Illinois rule), so a margin
         that bends near the limit cannot pin the aim to one end. Kept off both ends by a tenth of the gap;
-        the midpoint when the margins say nothing (a failure with no latency to it)."""
+        the midpoint when the margins say nothing (a failure with no latency to it). Guarded as Brent's method
+        is: the midpoint, too, when the aim falls in the quarter of the bracket nearest the end whose margin
+        is further from the limit; or in either outer quarter, unless the end it lands by is itself within
+        CLOSE_MARGIN of the limit and the last step shrank the bracket by at least half (a wall, latency flat
+        below it and a queue past it, pulls a secant to the passing end again and again)."""
         gap = hi.load - lo.load
         aim = lo.load + gap / 2
         if lo.margin is not None and hi.margin is not None and hi.margin > lo.margin:
@@ -178,10 +189,21 @@ class CapacitySearch:
                 above /= 2 ** (run - 1)
             elif run >= 2:
                 below /= 2 ** (run - 1)
-            aim = lo.load - below / (above - below) * gap
-            aim = min(max(aim, lo.load + NARROW_MARGIN * gap), hi.load - NARROW_MARGIN * gap)
+            secant = lo.load - below / (above - below) * gap
+            worse_is_hi = abs(hi.margin - 1) > abs(lo.margin - 1)
+            by_the_worse_end = secant > hi.load - gap / 4 if worse_is_hi else secant < lo.load + gap / 4
+            by_an_end = not lo.load + gap / 4 <= secant <= hi.load - gap / 4
+            near = lo if secant < lo.load + gap / 2 else hi
+            trusted = abs(near.margin - 1) <= CLOSE_MARGIN  # the end it lands by is itself close to the limit
+            if not (by_the_worse_end or (by_an_end and (self._slow_to_shrink() or not trusted))):
+                aim = min(max(secant, lo.load + NARROW_MARGIN * gap), hi.load - NARROW_MARGIN * gap)
         step = self.settings.min_step
         return min(max(self._rounded(aim), lo.load + step), hi.load - step)
+
+    def _slow_to_shrink(self) -> bool:
+        """The last narrowing step left more than half of the bracket it was given."""
+        gaps = self._gaps
+        return len(gaps) >= 2 and gaps[-1] > gaps[-2] / 2
 
     def _rounded(self, load: float) -> float:
         if self.settings.kind == "concurrency":

@@ -39,15 +39,30 @@ def capped_at_24(users: float) -> Probe:
 def test_a_smooth_slowdown_is_found_within_tolerance_in_at_most_ten_probes() -> None:
     result = search(decode_slows)
     assert result.capacity is not None and abs(result.capacity - 61) / 61 <= 0.05
-    assert result.num_probes <= 10
+    assert result.num_probes == 9  # the secant lands by the failing end, whose margin is close to the limit: kept
     assert result.lowest_failing is not None and result.lowest_failing - result.capacity <= 0.05 * result.capacity
     assert [p.load for p in result.probes[:7]] == [1, 2, 4, 8, 16, 32, 64]  # the geometric ramp
     assert not result.saturated and "within 5%" in result.stopped_because
 
 
-def test_a_stream_cap_is_found_to_the_user() -> None:
+def test_a_stream_cap_is_found_to_the_user_in_ten_probes_without_climbing_one_user_at_a_time() -> None:
+    """Past the cap the margin jumps: a secant step from 16 and 32 aims at 17, and again at 18 after it; Brent's
+    guard bisects after the first slow step instead (13 probes without it)."""
     result = search(capped_at_24)
     assert (result.capacity, result.lowest_failing) == (24, 25)
+    assert [p.load for p in result.probes] == [1, 2, 4, 8, 16, 32, 17, 24, 28, 25]
+
+
+def test_a_wall_with_flat_latency_below_it_is_bisected_not_crept_up_on() -> None:
+    """TTFT flat (margin 0.6) up to 22 users, a queue past them: the secant from 16 and 32 would aim at 19, by
+    the passing end whose margin is far from the limit, so the search bisects."""
+    def wall(users: float) -> Probe:
+        margin = 0.6 if users <= 22 else 1.1 + 2.5 * (users - 22) / 22
+        return Probe(users, "pass" if margin <= 1 else "fail", (), min(users, 22) * 100, margin, 500)
+
+    result = search(wall)
+    assert (result.capacity, result.lowest_failing) == (22, 23) and result.num_probes <= 10
+    assert result.probes[6].load == 24  # the midpoint of 16 and 32
 
 
 def test_noise_at_the_boundary_still_ends_with_a_pass_right_below_a_fail() -> None:

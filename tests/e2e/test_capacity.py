@@ -45,6 +45,8 @@ def test_a_server_that_caps_its_streams_at_24_has_a_capacity_of_24(scripted, tmp
     scripted.set_script(ttft_ms=100, itl_ms=10, max_streams=24)
     found, _, _ = capacity(scripted, tmp_path, "--slo", "ttft_p95_ms=110", "--output-tokens", "uniform:16:48")
     assert (found["capacity"], found["lowest_failing"]) == (24, 25)
+    print(f"\nprobes on the wall: {[p['label'] for p in found['probes']]}")
+    assert len(found["probes"]) <= 10  # bisected on the wall, not climbed one user at a time
 
 
 @pytest.mark.serial  # the capacity found depends on the latencies measured: run alone
