@@ -242,6 +242,18 @@ class Sensitivity:
     baseline: Variation
     rows: tuple[SensitivityRow, ...]
 
+    def drivers(self, count: int = 3) -> list[tuple[SensitivityRow, float, float]]:
+        """The rows that move the monthly saving most, largest first: (row, lowest saving, highest saving), the
+        baseline included in the span."""
+        base = self.baseline.saving_usd_per_month
+        if base is None:
+            return []
+        spans = []
+        for row in self.rows:
+            savings = [base, *(v.saving_usd_per_month for v in row.variations if v.saving_usd_per_month is not None)]
+            spans.append((row, min(savings), max(savings)))
+        return sorted(spans, key=lambda span: span[2] - span[1], reverse=True)[:count]
+
     def flips(self, row: SensitivityRow) -> bool:
         """Does some variation of this row change which side is cheaper?"""
         base = self.baseline.saving_usd_per_month

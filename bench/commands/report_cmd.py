@@ -182,17 +182,17 @@ def _print_verdict(console: Console, decision: Decision) -> None:
     from costmodel.prices import MAX_PRICE_AGE_DAYS
 
     console.print(f"[bold]{decision.verdict.headline}[/]", highlight=False)
-    for line in decision.verdict.lines:
-        console.print(f"  - {line}", highlight=False)
+    _bullets(console, [*decision.verdict.lines, *_reasoning_lines(decision)])
     best = decision.best
     if best is not None:
         table = Table(show_lines=False)
-        for name in ("option", "per month", "per 1M tokens", "crossover (self-hosting cheaper above)"):
+        for name in ("option", "per month", "per 1M tokens", "crossover (self-hosting cheaper above)",
+                     "break-even utilization"):
             table.add_column(name, justify="left" if name.startswith(("option", "cross")) else "right")
         if best.fleet is not None:
             table.add_row(f"self-hosted: {best.fleet.gpus} GPUs", usd(best.fleet.monthly_usd, cents=True),
                           usd(best.fleet.monthly_usd / best.fleet.monthly_tokens * 1e6) if best.fleet.monthly_tokens
-                          else "-", "")
+                          else "-", "", "")
         owned = decision.owned
         if owned is not None and owned.fleet is not None:
             fleet = owned.fleet
@@ -200,13 +200,14 @@ def _print_verdict(console: Console, decision: Decision) -> None:
                      else "none")
             table.add_row(f"owned: {fleet.servers} server(s), {fleet.gpus_used} GPUs",
                           usd(fleet.monthly_usd, cents=True), usd(fleet.monthly_usd / fleet.monthly_tokens * 1e6),
-                          f"{where} (vs {owned.provider_id})")
+                          f"{where} (vs {owned.provider_id})", "")
         for p in sorted(best.providers, key=lambda p: (p.is_secondary, p.usd_per_request)):
             cross = p.crossover
             where = "-" if cross is None else (f"{tokens(cross.monthly_tokens)} tokens/month"
                                                if cross.monthly_tokens is not None else "none")
+            even = p.break_even_utilization
             table.add_row(p.id + (" (reference)" if p.is_secondary else ""), usd(p.monthly_usd, cents=True),
-                          usd(p.usd_per_m_tokens), where)
+                          usd(p.usd_per_m_tokens), where, "-" if even is None else f"{even:.0%}")
         console.print(table)
     console.print("Assumed:", highlight=False)
     for line in assumption_lines(decision):
@@ -217,6 +218,36 @@ def _print_verdict(console: Console, decision: Decision) -> None:
     if stale:
         console.print(f"[yellow]note:[/] {len(stale)} price(s) used are older than {MAX_PRICE_AGE_DAYS} days "
                       f"(oldest {stale[0].id}, {stale[0].retrieved}); pass your own with --prices", highlight=False)
+
+
+def _bullets(console: Console, lines: list[str]) -> None:
+    """Lines as bullets whose wrapped lines hang under their text, not under the dash."""
+    import textwrap
+
+    for line in lines:
+        console.print(textwrap.fill(line, max(console.width, 40), initial_indent="  - ", subsequent_indent="    "),
+                      highlight=False, soft_wrap=True, markup=False)
+
+
+def _reasoning_lines(decision: Decision) -> list[str]:
+    """What the text otherwise leaves to the JSON: the cost per 1M output tokens at the operating point, and the
+    three assumptions that move the monthly saving most."""
+    from common.units import usd
+
+    lines = []
+    best = decision.best
+    point = best.operating_point if best else None
+    if best is not None and point is not None and point.output_tokens_per_s > 0:
+        per_m_output = best.replica_usd_per_hour / (point.output_tokens_per_s * 3600) * 1e6
+        lines.append(f"Self-hosted at the operating point: {usd(per_m_output)} per 1M output tokens (one replica "
+                     f"busy at {point.output_tokens_per_s:,.0f} output tokens/s).")
+    if decision.sensitivity is not None:
+        drivers = decision.sensitivity.drivers()
+        if drivers:
+            lines.append("What moves the monthly saving most: " + "; ".join(
+                f"{row.name} ({usd(low, True)} to {usd(high, True)})" for row, low, high in drivers)
+                + " (saving = provider minus self-hosted, a month).")
+    return lines
 
 
 def assumption_lines(decision: Decision) -> list[str]:

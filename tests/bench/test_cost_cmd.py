@@ -147,3 +147,9 @@ def test_a_crossover_below_the_traffic_never_reads_as_if_self_hosting_won() -> N
     assert ("self-hosting is first cheaper at 137 B tokens/month (0.98x this traffic) and cheaper for good above "
             "256 B (whole replicas make its cost a sawtooth); at this traffic (140 B) it costs 4% more than "
             "openai/gpt-4o-mini") in out
+    # $3 / (2,800 x 3,600) x 1e6 = $0.298 per 1M output tokens at the operating point
+    assert "Self-hosted at the operating point: $0.298 per 1M output tokens" in out
+    assert "What moves the monthly saving most: Throughput at the SLO (" in out
+    # break-even utilization C_req / a: (3 / (3,600 x 11.2)) / 0.0003 = 0.0000744 / 0.0003 = 25 %
+    row = next(line for line in result.output.splitlines() if line.startswith("│ openai/gpt-4o-mini "))
+    assert row.rstrip(" │").endswith("25%")
