@@ -62,7 +62,7 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
     engines = [_engine(result, run, decision.compared_to, i)
                for i, (result, run) in enumerate(zip(decision.results, runs, strict=True))]
     return jsonable({
-        "title": _title(decision, inp.model, inp.gpu),
+        "title": _title(decision, inp.model, inp.gpu, runs),
         "generated_at": inp.generated_at.isoformat(timespec="seconds"),
         "verdict": decision.verdict,
         "side_by_side": _side_by_side(decision),
@@ -125,11 +125,35 @@ def _price_row(row: Any) -> dict[str, Any] | None:
     return None if row is None else {**jsonable(row), "retrieved": row.retrieved_text}
 
 
-def _title(decision: Decision, model: str | None, gpu: str | None) -> str:
+def _title(decision: Decision, model: str | None, gpu: str | None, runs: list[ReportRun]) -> str:
+    """What is priced; and what was measured, when the runs say it was something else (a small model on a CPU
+    priced as an 8B model on an H100 is an illustration, and the title says so)."""
     model = model or (decision.best.engine if decision.best else "this model")
     gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (gpu or "your GPU")
     k = decision.pricing.assumptions.gpus_per_replica
-    return f"Self-host or pay per token: {model} on {f'{k} x ' if k > 1 else ''}{gpu}"
+    priced = f"{model} on {f'{k} x ' if k > 1 else ''}{gpu}"
+    measured = _measured_otherwise(runs[0], model, gpu) if runs else None
+    if measured is None:
+        return f"Self-host or pay per token: {priced}"
+    return f"Self-host or pay per token: {measured}, priced as {priced}: illustrative"
+
+
+def _measured_otherwise(run: ReportRun, model: str, gpu: str) -> str | None:
+    """`SmolLM2-135M-Instruct.Q4_1 measured on CPU` when the run measured another model or other hardware than
+    the one priced; None when they agree or the run can't tell (an endpoint already running)."""
+    if run.launched_by == "user":
+        return None
+    measured_model = str((run.provenance.get("engine") or {}).get("model") or "")
+    names = run.gpu_names
+    hardware = "CPU" if names == () else ", ".join(sorted(set(names))) if names else None
+    key = next((part for part in gpu.split("-") if any(c.isdigit() for c in part)), None)
+    other_hardware = names == () or bool(key and names and not any(
+        re.search(rf"\b{re.escape(key)}\b", n, re.IGNORECASE) for n in names))
+    squash = lambda text: re.sub(r"[^a-z0-9]", "", text.lower())  # noqa: E731 - one use
+    other_model = bool(measured_model) and squash(model) not in squash(measured_model)
+    if not (other_hardware or other_model):
+        return None
+    return f"{measured_model or run.label} measured" + (f" on {hardware}" if hardware else "")
 
 
 def _side_by_side(decision: Decision) -> list[dict[str, Any]]:
