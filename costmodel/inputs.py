@@ -110,6 +110,9 @@ class Owned(BaseModel):
     server_overhead_w: float = Field(default=0.0, ge=0)  # CPUs, memory, fans, NICs of one server
     pue: float = Field(default=1.3, ge=1, le=3)  # facility power over IT power (cooling, conversion)
     usd_per_kwh: float = Field(ge=0)
+    # What the money costs (an annual rate): the purchase is paid as an annuity over the life, not straight-line.
+    cost_of_capital: float = Field(default=0.0, ge=0, lt=1)
+    maintenance_share_per_year: float = Field(default=0.0, ge=0, lt=1)  # support contracts and spares, of the price
 
 
 class Pricing(BaseModel):

@@ -35,18 +35,33 @@ GRID_POINTS = 1500
 BISECTIONS = 80
 
 
-def server_month(owned: Owned, power_w_per_gpu: float, power_source: str) -> OwnedServerCost:
-    capex = owned.server_usd * (1 - owned.residual_share) / (owned.amortization_years * MONTHS_PER_YEAR)
+def server_month(owned: Owned, power_w_per_gpu: float, power_source: str,
+                 hours_per_month: float = HOURS_PER_MONTH) -> OwnedServerCost:
+    """One server's month: its purchase as a monthly payment, hosting, maintenance, and the energy it draws in
+    the hours it is operated."""
     it_kw = (owned.gpus_per_server * power_w_per_gpu + owned.server_overhead_w) / 1000
-    kwh = it_kw * owned.pue * HOURS_PER_MONTH
-    return OwnedServerCost(capex_usd=capex, hosting_usd=owned.hosting_usd_per_server_month,
+    kwh = it_kw * owned.pue * hours_per_month
+    return OwnedServerCost(capex_usd=monthly_capex(owned), hosting_usd=owned.hosting_usd_per_server_month,
                            energy_usd=kwh * owned.usd_per_kwh, energy_kwh=kwh, power_w_per_gpu=power_w_per_gpu,
-                           power_source=power_source)
+                           power_source=power_source,
+                           maintenance_usd=owned.server_usd * owned.maintenance_share_per_year / MONTHS_PER_YEAR)
 
 
-def usd_per_gpu_hour(owned: Owned, server: OwnedServerCost) -> float:
-    """One GPU of a server running all month: the server's month over its GPU-hours."""
-    return server.total_usd / (owned.gpus_per_server * HOURS_PER_MONTH)
+def monthly_capex(owned: Owned) -> float:
+    """The purchase less its residual value over the months of its life: straight-line without a cost of capital;
+    with one (annual rate r, i = r / 12 a month, n months), the annuity that repays the price less the residual's
+    present value: (P - R / (1 + i)^n) x i / (1 - (1 + i)^-n)."""
+    months = owned.amortization_years * MONTHS_PER_YEAR
+    price, residual = owned.server_usd, owned.server_usd * owned.residual_share
+    rate = owned.cost_of_capital / MONTHS_PER_YEAR
+    if rate == 0:
+        return (price - residual) / months
+    return (price - residual / (1 + rate) ** months) * rate / (1 - (1 + rate) ** -months)
+
+
+def usd_per_gpu_hour(owned: Owned, server: OwnedServerCost, hours_per_month: float = HOURS_PER_MONTH) -> float:
+    """One GPU of a server for an hour it is operated: the server's month over its GPU-hours."""
+    return server.total_usd / (owned.gpus_per_server * hours_per_month)
 
 
 def owned_fleet(monthly_tokens: float, request_per_s: float, isl: float, osl: float,
@@ -108,7 +123,8 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: 
     if point is None or best.isl + best.osl <= 0:
         return None
     request_per_s, isl, osl = point.request_per_s, best.isl, best.osl
-    server = server_month(owned, *power)
+    hours = assumptions.hours_of_operation
+    server = server_month(owned, *power, hours)
 
     def own(volume: float, o: Owned = owned, s: OwnedServerCost = server) -> float:
         return owned_fleet(volume, request_per_s, isl, osl, assumptions, o, s).monthly_usd
@@ -120,12 +136,13 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: 
         return volume / (isl + osl) * compared.usd_per_request if compared else math.inf
 
     fleet = owned_fleet(monthly_tokens, request_per_s, isl, osl, assumptions, owned, server) if monthly_tokens else None
-    per_request = cost_per(usd_per_gpu_hour(owned, server) * assumptions.gpus_per_replica, request_per_s)
+    gpu_hour = usd_per_gpu_hour(owned, server, hours)
+    per_request = cost_per(gpu_hour * assumptions.gpus_per_replica, request_per_s)
     rent_usd = rent(monthly_tokens) if monthly_tokens else None
     api_usd = api(monthly_tokens) if monthly_tokens and compared else None
-    rows = _sensitivity(owned, power, monthly_tokens, own, rent, api, server) if monthly_tokens else ()
+    rows = _sensitivity(owned, power, monthly_tokens, own, rent, api, server, hours) if monthly_tokens else ()
     return OwnedComparison(
-        usd_per_gpu_hour=usd_per_gpu_hour(owned, server), server=server, fleet=fleet, rent_monthly_usd=rent_usd,
+        usd_per_gpu_hour=gpu_hour, server=server, fleet=fleet, rent_monthly_usd=rent_usd,
         provider_id=compared.id if compared else None, provider_monthly_usd=api_usd,
         own_beats_rent_above=first_cheaper(own, rent),
         own_beats_provider_above=first_cheaper(own, api) if compared else None,
@@ -135,17 +152,20 @@ def compare_owned(best: CostResult, compared: ProviderCost | None, assumptions: 
         sensitivity=rows, notes=_notes(owned, server, assumptions),
         joules_per_output_token=server.power_w_per_gpu * assumptions.gpus_per_replica / point.output_tokens_per_s
         if point.output_tokens_per_s > 0 else None,
-        usd_per_request=per_request, usd_per_m_tokens=per_request * PER_MILLION / (isl + osl) if per_request else None)
+        usd_per_request=per_request, usd_per_m_tokens=per_request * PER_MILLION / (isl + osl) if per_request else None,
+        usd_per_m_output_tokens=cost_per(gpu_hour * assumptions.gpus_per_replica, point.output_tokens_per_s,
+                                         PER_MILLION),
+        to_rent_ratio=gpu_hour / assumptions.gpu_usd_per_hour if assumptions.gpu_usd_per_hour > 0 else None)
 
 
 def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Callable[..., float],
                  rent: Callable[[float], float], api: Callable[[float], float],
-                 server: OwnedServerCost) -> tuple[SensitivityRow, ...]:
+                 server: OwnedServerCost, hours: float = HOURS_PER_MONTH) -> tuple[SensitivityRow, ...]:
     """Owning's monthly cost against the cheaper alternative when electricity, utilization (the traffic on
     the same hardware) or the years of amortization change."""
 
     def variation(label: str, o: Owned, v: float = volume) -> Variation:
-        s = server_month(o, *power)
+        s = server_month(o, *power, hours)
         return Variation(label=label, self_host_usd_per_month=own(v, o, s), provider_usd_per_month=min(rent(v), api(v)),
                          crossover_tokens=first_cheaper(lambda x: own(x, o, s), api))
 
@@ -164,10 +184,16 @@ def _sensitivity(owned: Owned, power: tuple[float, str], volume: float, own: Cal
 
 
 def _notes(owned: Owned, server: OwnedServerCost, assumptions: Assumptions) -> tuple[str, ...]:
-    notes = [f"power: {server.power_w_per_gpu:,.0f} W per GPU, {server.power_source}",
+    notes = [f"power: {server.power_w_per_gpu:,.0f} W per GPU, {server.power_source}, billed for the "
+             f"{assumptions.hours_of_operation:,.0f} h/month operated",
              f"a server: {owned.gpus_per_server} GPUs, bought for ${owned.server_usd:,.0f}, amortized over "
              f"{owned.amortization_years:g} years to {owned.residual_share:.0%} residual value; PUE {owned.pue:g} "
              f"at ${owned.usd_per_kwh:g}/kWh; hosting ${owned.hosting_usd_per_server_month:,.0f}/month",
+             f"cost of capital {owned.cost_of_capital:.1%} a year"
+             + (" (pricing.owned.cost_of_capital: the purchase then is an annuity)" if not owned.cost_of_capital
+                else ": the purchase paid as an annuity over its life")
+             + f"; maintenance {owned.maintenance_share_per_year:.1%} of the price a year"
+             + (" (pricing.owned.maintenance_share_per_year)" if not owned.maintenance_share_per_year else ""),
              "owned hardware runs all month: sized for the peak, whole servers, no scaling to zero"]
     if assumptions.gpus_per_replica > owned.gpus_per_server:
         notes.append(f"a replica needs {assumptions.gpus_per_replica} GPUs, more than one server holds: it spans "

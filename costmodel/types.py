@@ -407,16 +407,17 @@ class LevelBill:
 class OwnedServerCost:
     """One owned server for a month: its purchase spread over its life, hosting, and the energy it draws."""
 
-    capex_usd: float  # (price - residual) / months of life
+    capex_usd: float  # (price - residual) / months of life; with a cost of capital, the annuity that repays it
     hosting_usd: float
     energy_usd: float
-    energy_kwh: float  # at the wall: the GPUs' draw and the server's overhead, times PUE
+    energy_kwh: float  # at the wall: the GPUs' draw and the server's overhead, times PUE, for the hours operated
     power_w_per_gpu: float
     power_source: str  # "measured at c8 ..." or "board power ... (not measured)"
+    maintenance_usd: float = 0.0  # support contracts and spares
 
     @property
     def total_usd(self) -> float:
-        return self.capex_usd + self.hosting_usd + self.energy_usd
+        return self.capex_usd + self.hosting_usd + self.energy_usd + self.maintenance_usd
 
 
 @dataclass(frozen=True)
@@ -454,6 +455,8 @@ class OwnedComparison:
     joules_per_output_token: float | None = None
     usd_per_request: float | None = None  # at the operating point, fully busy, at the owned GPU-hour
     usd_per_m_tokens: float | None = None  # the same per 1M tokens (input + output)
+    usd_per_m_output_tokens: float | None = None  # the same per 1M output tokens
+    to_rent_ratio: float | None = None  # the owned GPU-hour over the rented one
 
     def payback_phrase(self) -> str:
         """How long the purchase (less its residual value) takes to pay back against each alternative, to a tenth

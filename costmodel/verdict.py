@@ -259,6 +259,9 @@ def owned_lines(owned: OwnedComparison) -> list[str]:
              f"{usd_rate(owned.usd_per_gpu_hour)} per GPU-hour"
              + (f", {usd(owned.usd_per_request)} a request and {usd(owned.usd_per_m_tokens)} per 1M tokens fully busy"
                 if owned.usd_per_request is not None else "")
+             + (f" ({usd_rate(owned.usd_per_m_output_tokens)} per 1M output tokens)"
+                if owned.usd_per_m_output_tokens is not None else "")
+             + (f", {owned.to_rent_ratio:.3g}x the rented GPU-hour" if owned.to_rent_ratio is not None else "")
              + f"; power {s.power_w_per_gpu:,.0f} W per GPU, {s.power_source}."]
     if owned.joules_per_output_token is not None:
         lines.append(f"Energy at the operating point: {owned.joules_per_output_token:.3g} J per output token "

@@ -130,3 +130,40 @@ def test_payback_counts_the_residual_value_and_past_the_life_is_no_payback() -> 
                                     "per token (1,027.4 months)")
     never = replace(said, payback_months_vs_provider=None)
     assert never.payback_phrase().endswith("never against paying per token (owning saves nothing on it each month)")
+
+
+def test_a_cost_of_capital_makes_the_purchase_an_annuity_and_maintenance_a_share_of_the_price() -> None:
+    """At 8 % a year (i = 0.08 / 12 a month, n = 48): 200,000 x i / (1 - (1 + i)^-48) = $4,882.58 a month, not
+    the straight-line $4,166.67; with 25 % back at the end, (200,000 - 50,000 / (1 + i)^48) x the same factor =
+    $3,995.27. Maintenance at 5 % a year: 200,000 x 0.05 / 12 = $833.33 a month."""
+    financed = OWNED.model_copy(update={"cost_of_capital": 0.08, "maintenance_share_per_year": 0.05})
+    s = server_month(financed, 700, "board power")
+    assert round(s.capex_usd, 2) == 4882.58 and round(s.maintenance_usd, 2) == 833.33
+    assert round(s.total_usd, 2) == round(4882.58446830054 + 1000 + 626.34 + 833.33333, 2)
+    resold = server_month(financed.model_copy(update={"residual_share": 0.25}), 700, "board power")
+    assert round(resold.capex_usd, 2) == 3995.27
+
+
+def test_power_is_billed_for_the_hours_operated_and_the_owned_gpu_hour_is_set_beside_the_rented_one() -> None:
+    """365 h a month: (8 x 700 + 1,000) W x 1.3 x 365 h = 3,131.7 kWh = $313.17. All month at 730 h the server
+    costs $5,793.01, $0.99195 per GPU-hour (5,793.01 / 5,840): 0.496x a $2 rented GPU-hour, and at 2,800 output
+    tokens/s 0.99195 / (2,800 x 3,600) x 1e6 = $0.098408 per 1M output tokens."""
+    from datetime import date
+
+    from costmodel.decide import decide
+    from costmodel.inputs import Pricing, Requirements, Traffic
+    from costmodel.prices import load_catalog
+    from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
+
+    half = server_month(OWNED, 700, "board power", hours_per_month=365)
+    assert round(half.energy_kwh, 1) == 3131.7 and round(half.energy_usd, 2) == 313.17
+    level = MeasuredLevel(label="c64", load=64, request_per_s=11.2, output_tokens_per_s=2800.0,
+                          input_tokens_per_s=11_200.0, slo_attainment=1.0, mean_input_tokens=1000,
+                          mean_output_tokens=250, num_ok=100, power_w_per_gpu=700.0)
+    d = decide([EngineLevels("ref", (level,))], LatencyLimits(), Traffic(monthly_tokens=3e10),
+               Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
+               load_catalog(), date(2026, 12, 1))
+    owned = d.owned
+    assert owned is not None and round(owned.usd_per_gpu_hour, 5) == 0.99195
+    assert round(owned.to_rent_ratio, 3) == 0.496 and round(owned.usd_per_m_output_tokens, 6) == 0.098408
+    assert any("per 1M output tokens" in line and "0.496x the rented GPU-hour" in line for line in d.verdict.lines)
