@@ -93,6 +93,7 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     answer moves with each assumption, the verdict (owning beside renting with pricing.owned), and what the
     inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
     """
+    catalog = catalog.as_of(today)
     resolved = resolve(traffic, pricing, catalog)
     results = tuple(replace(evaluate(engine, slo, pricing.slo_attainment_target, resolved), accuracy=engine.accuracy)
                     for engine in engines)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +28,7 @@ from common.validation import parse_yaml_mapping, validate
 from costmodel.inputs import PricingKind
 
 MAX_PRICE_AGE_DAYS = 90
+MAX_DEFAULT_AGE_DAYS = 365  # a row older than this on the day of the decision is never picked by a name
 SHIPPED_FILES = ("gpus.yaml", "providers.yaml")
 GPU_ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "a100-80g": "a100-80gb", "4090": "rtx-4090",
                "rtx4090": "rtx-4090", "a10": "a10g"}
@@ -137,11 +138,23 @@ class ProviderPrice(_Dated):
         return self.usd_per_m_input if self.usd_per_m_cached_input is None else self.usd_per_m_cached_input
 
 
+Row = TypeVar("Row", "GpuPrice", "ProviderPrice")
+
+
 @dataclass(frozen=True)
 class PriceCatalog:
     gpus: tuple[GpuPrice, ...]
     providers: tuple[ProviderPrice, ...]
     origins: tuple[str, ...] = ()
+
+    def as_of(self, today: date) -> PriceCatalog:
+        """The catalog on `today`: a row retrieved more than MAX_DEFAULT_AGE_DAYS before it is no longer picked by
+        a GPU name or a model id (it can still be named by its id), however recent the catalog file is."""
+        def aged(row: Row) -> Row:
+            old = row.retrieved is not None and (today - row.retrieved).days > MAX_DEFAULT_AGE_DAYS
+            return row.model_copy(update={"default": False}) if old and row.default else row
+
+        return replace(self, gpus=tuple(aged(r) for r in self.gpus), providers=tuple(aged(r) for r in self.providers))
 
     def gpu(self, name: str, pricing: PricingKind = "on-demand") -> GpuPrice:
         """A row id (any row), or a GPU name: the median-priced default row of that pricing kind (lower median)

@@ -201,3 +201,17 @@ def test_on_2026_12_01_the_october_figures_are_fresh_and_the_may_ones_stale() ->
     assert [(s.id, s.age_days) for s in stale_prices(rows, today=date(2026, 12, 1))] == [
         ("modal/h100-sxm/serverless", 208)]
     assert undated_prices(rows) == ["runpod/h100-sxm/serverless"]
+
+
+def test_a_row_over_a_year_old_on_the_day_of_the_decision_is_not_picked_by_a_name() -> None:
+    """Age is counted to the day the decision is made, not to the day the catalog was compiled: on 2026-12-03 a
+    row retrieved 2025-11-01 (397 days) is left out of the median a GPU name picks, and still named by its id."""
+    catalog = parse_price_file("gpus:\n" + "".join(
+        f"  - {{id: {c}/h200/on-demand, gpu: h200, cloud: {c}, pricing: on-demand, usd_per_gpu_hour: {p},\n"
+        f"     source: s, retrieved: {day}}}\n"
+        for c, p, day in (("a", 2.0, "2025-11-01"), ("b", 3.0, "2026-10-06"), ("c", 4.0, "2026-10-06"))), "h.yaml")
+    assert catalog.gpu("h200").id == "b/h200/on-demand"  # the lower median of 2, 3, 4 as compiled
+    today = catalog.as_of(date(2026, 12, 3))
+    assert [r.id for r in today.gpu_pool("h200", "on-demand")] == ["b/h200/on-demand", "c/h200/on-demand"]
+    assert today.gpu("a/h200/on-demand").usd_per_gpu_hour == 2.0  # by its id, whatever its age
+    assert catalog.as_of(date(2026, 10, 31)).gpu_pool("h200", "on-demand")[0].id == "a/h200/on-demand"  # 364 days
