@@ -47,6 +47,7 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     """Names -> catalog rows, defaults -> numbers. Raises PriceError naming what is missing or unknown."""
     traffic = traffic or Traffic()
     gpu: GpuPrice | None = None
+    chosen = None
     if pricing.gpu_usd_per_hour is not None:
         price = pricing.gpu_usd_per_hour
         label = f"{pricing.gpu or 'GPU'} at your price ({usd_rate(price)}/GPU-h, {pricing.gpu_pricing})"
@@ -54,6 +55,10 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     elif pricing.gpu:
         gpu = catalog.gpu(pricing.gpu, pricing.gpu_pricing)
         price, label, reserved = gpu.usd_per_gpu_hour, gpu.label(), bills_every_hour(gpu.pricing)
+        pool = catalog.gpu_pool(pricing.gpu, pricing.gpu_pricing)
+        if gpu.id != pricing.gpu:  # picked by a GPU name: say how
+            chosen = (f"{gpu.id}, the median of {len(pool)} dated {pricing.gpu_pricing} rows for {gpu.gpu} under a "
+                      "year old (--gpu ROW_ID picks another)")
     else:
         raise PriceError("no GPU price: give --gpu NAME (e.g. h100-sxm) or --gpu-price USD_PER_GPU_HOUR, "
                          "or pricing.gpu in the scenario")
@@ -75,7 +80,8 @@ def resolve(traffic: Traffic | None, pricing: Pricing, catalog: PriceCatalog) ->
     return ResolvedPricing(
         assumptions=replace(base, billed_hours_per_month=billed), gpu=gpu, gpu_label=label,
         providers=tuple(catalog.provider_rows(names)), references=tuple(catalog.provider_rows(pricing.references)),
-        monthly_tokens=traffic.total_tokens(), input_share=traffic.input_share(), assumed=tuple(assumed))
+        monthly_tokens=traffic.total_tokens(), input_share=traffic.input_share(), assumed=tuple(assumed),
+        gpu_choice=chosen)
 
 
 def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic | None, pricing: Pricing,

@@ -295,6 +295,7 @@ class ResolvedPricing:
     monthly_tokens: float | None
     input_share: float | None
     assumed: tuple[str, ...] = ()
+    gpu_choice: str | None = None  # how a GPU name picked its row (None: a row id, or your own price)
 
 
 @dataclass(frozen=True)

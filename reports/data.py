@@ -225,6 +225,8 @@ def assumptions(decision: Decision, runs: list[ReportRun], cache_hit_source: str
                  f"{a.billed_hours_per_month:,.0f} h/month; each replica planned at {a.headroom:.0%} of its capacity "
                  f"({1 - a.headroom:.0%} headroom), {a.spare_replicas} spare "
                  f"replica(s), at least {a.min_serving_replicas} serving.")
+    if decision.pricing.gpu_choice:
+        lines.append(f"The GPU price: {decision.pricing.gpu_choice}.")
     lines.append(f"Operations: {usd(a.ops_usd_per_month)}/month.")
     lines.append(f"Provider list prices, {share(a.cache_hit_rate)} prompt-cache hits ({cache_hit_source}), "
                  f"{'batch API discount' if a.uses_batch_api else 'no batch discount'}; reasoning tokens bill as "

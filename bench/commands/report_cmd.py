@@ -266,7 +266,8 @@ def assumption_lines(decision: Decision) -> list[str]:
     lines.append(f"fleet: each replica planned at {share(a.headroom)} of its capacity ({share(1 - a.headroom)} "
                  "headroom), "
                  f"{a.spare_replicas} spare replica(s), {a.gpus_per_replica} GPU(s) per replica")
-    lines.append(f"GPU: {pricing.gpu_label}, billed {a.billed_hours_per_month:g} h/month")
+    lines.append(f"GPU: {pricing.gpu_label}, billed {a.billed_hours_per_month:g} h/month"
+                 + (f"; chosen as {pricing.gpu_choice}" if pricing.gpu_choice else ""))
     batch = "batch API used where a row has a discount" if a.uses_batch_api else "no batch API"
     lines.append(f"providers: prompt-cache hit rate {share(a.cache_hit_rate)}, {batch}")
     ops = usd(a.ops_usd_per_month)

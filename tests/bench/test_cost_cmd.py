@@ -153,3 +153,12 @@ def test_a_crossover_below_the_traffic_never_reads_as_if_self_hosting_won() -> N
     # break-even utilization C_req / a: (3 / (3,600 x 11.2)) / 0.0003 = 0.0000744 / 0.0003 = 25 %
     row = next(line for line in result.output.splitlines() if line.startswith("│ openai/gpt-4o-mini "))
     assert row.rstrip(" │").endswith("25%")
+
+
+def test_a_gpu_price_picked_by_name_says_which_row_and_how() -> None:
+    result = run(*BASE, "--gpu", "h100-sxm")
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "the median of" in out and "dated on-demand rows for h100-sxm under a year old" in out
+    named = run(*BASE, "--gpu", "together/h100-sxm/on-demand")
+    assert "the median of" not in " ".join(named.output.split())  # a row named by its id: nothing to explain
