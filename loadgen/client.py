@@ -162,17 +162,17 @@ async def _send_once(
     clock: Callable[[], float], keep_text: bool, timeout_s: float,
 ) -> float | None:
     """One try, within `timeout_s`; returns a 429's Retry-After. A kept-alive connection the server had
-    already closed (llama.cpp's server closes idle ones) answered nothing, so the request goes again at once,
-    as HTTP clients do: each stale try drops one dead connection, so one more try than there are idle
-    connections always reaches a fresh one, and a failure on a fresh connection is never retried."""
+    already closed (llama.cpp's server closes idle ones) answered nothing, so the request goes again at once
+    on a new connection, as HTTP clients do (another idle one may be as stale, and one may have come back to
+    the pool meanwhile); a failure on a new connection is never retried."""
     stream = _StreamState(record, keep_text)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    max_attempts = session.pool.num_idle + 1
+    max_attempts = 2
     for attempt in range(1, max_attempts + 1):
         record.attempts += 1
         try:
-            await _exchange(session, api, body, stream, clock, deadline)
+            await _exchange(session, api, body, stream, clock, deadline, reuse=attempt == 1)
         except StreamFailure as failure:
             stream.fail(failure.kind, str(failure), failure.http_status)
             return failure.retry_after_s
@@ -192,13 +192,14 @@ async def _send_once(
 
 
 async def _exchange(
-    session: Session, api: str, body: bytes, stream: _StreamState, clock: Callable[[], float], deadline: float
+    session: Session, api: str, body: bytes, stream: _StreamState, clock: Callable[[], float], deadline: float,
+    reuse: bool = True,
 ) -> None:
-    """One request on a kept-alive connection (or a new one, its set-up timed), its answer read into `stream`
-    as it arrives; raises what ended it early. `deadline` is on the loop's clock."""
+    """One request on a kept-alive connection (or a new one, its set-up timed: always when `reuse` is off), its
+    answer read into `stream` as it arrives; raises what ended it early. `deadline` is on the loop's clock."""
     loop = asyncio.get_running_loop()
     record = stream.record
-    connection = session.pool.take_idle()
+    connection = session.pool.take_idle() if reuse else None
     if connection is None:
         started = time.perf_counter()
         connection = await asyncio.wait_for(session.pool.open(), max(deadline - loop.time(), 0.0))

@@ -81,9 +81,9 @@ def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_on_a_new_o
                                   output_tokens=4)
     measured = [r for r in records if not r.is_warmup]
     assert s.requests.num_failed == 0 and s.requests.num_resent == sum(1 for r in measured if r.attempts > 1)
-    # Nearly every request meets a used connection and goes again; one that happens to find the pool
-    # empty opens a fresh connection and is answered first time.
-    assert s.requests.num_resent >= len(measured) - 2 and all(r.attempts <= 3 for r in measured)  # a pool of 2
+    # Nearly every request meets a used connection and goes again, on a new one; one that happens to find the
+    # pool empty opens a fresh connection and is answered first time.
+    assert s.requests.num_resent >= len(measured) - 2 and all(r.attempts <= 2 for r in measured)
 
 
 def test_a_request_dropped_on_a_fresh_connection_fails_without_retry(scripted, tmp_path) -> None:
