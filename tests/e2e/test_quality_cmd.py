@@ -28,7 +28,7 @@ def quality_of(out: Path, name: str) -> dict:
 
 def test_the_accuracy_bench_quality_reports_is_the_share_answered_right_and_two_servers_compare_pairwise(
         scripted, tmp_path) -> None:
-    questions = write_quiz(tmp_path / "quiz.jsonl", 200)
+    questions = write_quiz(tmp_path / "quiz.jsonl", 120)
     scripted.set_script(ttft_ms=1, itl_ms=1, right_share=0.6)
     with scripted_server() as better:
         better.set_script(ttft_ms=1, itl_ms=1, right_share=0.8)
@@ -40,24 +40,24 @@ def test_the_accuracy_bench_quality_reports_is_the_share_answered_right_and_two_
     right_a = [quiz_is_right(q, 0.6) for q in questions]
     right_b = [quiz_is_right(q, 0.8) for q in questions]
     a, b = quality_of(tmp_path / "runs", "sixty"), quality_of(tmp_path / "runs", "eighty")
-    assert a["n"] == b["n"] == 200 and a["num_failed"] == 0
-    assert a["accuracy"] == sum(right_a) / 200 and b["accuracy"] == sum(right_b) / 200
+    assert a["n"] == b["n"] == 120 and a["num_failed"] == 0
+    assert a["accuracy"] == sum(right_a) / 120 and b["accuracy"] == sum(right_b) / 120
     assert a["low"] < 0.6 < a["high"] and b["low"] < 0.8 < b["high"]
-    assert a["by_grader"]["exact"]["n"] == 200
-    assert a["by_category"]["even"]["n"] == a["by_category"]["odd"]["n"] == 100
-    assert a["by_category"]["even"]["accuracy"] == sum(right_a[0::2]) / 100
-    assert a["eval"]["items"] == 200 and a["temperature"] == 0.0 and a["concurrency"] == 4
+    assert a["by_grader"]["exact"]["n"] == 120
+    assert a["by_category"]["even"]["n"] == a["by_category"]["odd"]["n"] == 60
+    assert a["by_category"]["even"]["accuracy"] == sum(right_a[0::2]) / 60
+    assert a["eval"]["items"] == 120 and a["temperature"] == 0.0 and a["concurrency"] == 4
     assert a["paired"] is None  # the first engine is the baseline
     pair = b["paired"]
     only_a = sum(x and not y for x, y in zip(right_a, right_b, strict=True))
     only_b = sum(y and not x for x, y in zip(right_a, right_b, strict=True))
     assert (pair["only_baseline_right"], pair["only_other_right"]) == (only_a, only_b)
     assert pair["num_differ"] == only_a + only_b > 10 and pair["p_value"] < 0.001
-    assert f"eighty gets {only_a + only_b} of 200 differently from sixty" in result.stdout
+    assert f"eighty gets {only_a + only_b} of 120 differently from sixty" in result.stdout
     # The answers are fingerprinted, never kept: equal answers where both were right (the accepted word) or both
     # wrong ("wrong").
     same = sum(x == y for x, y in zip(right_a, right_b, strict=True))
-    assert b["agreement"]["num_identical"] == same and b["agreement"]["num_compared"] == 200
+    assert b["agreement"]["num_identical"] == same and b["agreement"]["num_compared"] == 120
 
 
 def test_an_earlier_run_is_the_reference_answer_by_answer_with_first_tokens_where_logprobs_come(
