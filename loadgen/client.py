@@ -165,7 +165,7 @@ async def _send_once(
     already closed (llama.cpp's server closes idle ones) answered nothing, so the request goes again at once
     on a new connection, as HTTP clients do (another idle one may be as stale, and one may have come back to
     the pool meanwhile); a failure on a new connection is never retried."""
-    stream = _StreamState(record, keep_text)
+    stream = _StreamState(record, keep_text, options.logprobs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     max_attempts = 2
@@ -279,8 +279,9 @@ class _StreamState:
     """Accumulates one stream's chunks into its record: the `BodyReader` of its exchange (`loadgen.http1`),
     given each piece of the answer with the time its socket read it."""
 
-    def __init__(self, record: RequestRecord, keep_text: bool = False) -> None:
+    def __init__(self, record: RequestRecord, keep_text: bool = False, logprobs: bool = False) -> None:
         self.record = record
+        self.wants_first_token = logprobs  # asked for logprobs, and no token read yet: looked at once, not per chunk
         self.parser = SSEParser()
         self.status: int | None = None
         self.headers: CIMultiDict[str] = CIMultiDict()
@@ -383,8 +384,9 @@ class _StreamState:
         self.chunk_chars.append(len(text))
         if self.text_parts is not None:
             self.text_parts.append(text)
-        if record.first_token_sha256 is None and choice.get("logprobs"):
+        if self.wants_first_token and choice.get("logprobs"):
             record.first_token_sha256 = first_token_sha256(choice["logprobs"])
+            self.wants_first_token = record.first_token_sha256 is None
         current = self.server_output_tokens or 0
         self.usage_deltas.append(current - self.last_usage_tokens)
         self.last_usage_tokens = current

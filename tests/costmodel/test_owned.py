@@ -12,20 +12,37 @@ always on, no spare: one replica serves 1 x 3,600 x 730 x 1,000 = 2.628 B tokens
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 
 import pytest
 from pydantic import ValidationError
 
+from costmodel.decide import decide
 from costmodel.fleet import fleet_for
-from costmodel.inputs import Owned
+from costmodel.inputs import Owned, Pricing, Requirements, Traffic
 from costmodel.owned import first_cheaper, owned_fleet, payback_months, server_month, usd_per_gpu_hour
-from costmodel.types import Assumptions, OwnedComparison
+from costmodel.prices import load_catalog
+from costmodel.types import (
+    Assumptions,
+    Decision,
+    EngineLevels,
+    LatencyLimits,
+    MeasuredLevel,
+    OwnedComparison,
+)
 
 OWNED = Owned(server_usd=200_000, gpus_per_server=8, amortization_years=4, hosting_usd_per_server_month=1000,
               server_overhead_w=1000, pue=1.3, usd_per_kwh=0.10)
 RENTED = Assumptions(gpu_usd_per_hour=2.0, headroom=1.0, peak_to_average=1.0, spare_replicas=0, autoscale=False)
 R, ISL, OSL = 1.0, 800, 200
 PER_REPLICA = 2.628e9
+
+
+def decided_with_owned(level: MeasuredLevel, monthly_tokens: float) -> Decision:
+    """The whole decision for one measured level, renting at $2/GPU-h and owning OWNED."""
+    return decide([EngineLevels("ref", (level,))], LatencyLimits(), Traffic(monthly_tokens=monthly_tokens),
+                  Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
+                  load_catalog(), date(2026, 12, 1))
 
 
 def server():  # noqa: ANN201
@@ -98,19 +115,10 @@ def test_bad_owned_figures_name_their_field(field: str, value: float, message: s
 
 def test_the_draw_measured_at_the_operating_point_powers_the_owned_servers() -> None:
     """550 W per GPU measured: (8 x 550 + 1,000) W x 1.3 x 730 h = 5,124.6 kWh -> $512.46 at $0.10."""
-    from datetime import date
-
-    from costmodel.decide import decide
-    from costmodel.inputs import Pricing, Requirements, Traffic
-    from costmodel.prices import load_catalog
-    from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
-
     measured = MeasuredLevel(label="c16", load=16, request_per_s=10.0, output_tokens_per_s=1280.0,
                              input_tokens_per_s=2560.0, slo_attainment=1.0, mean_input_tokens=256,
                              mean_output_tokens=128, num_ok=100, power_w_per_gpu=550.0)
-    d = decide([EngineLevels("ref", (measured,))], LatencyLimits(), Traffic(monthly_tokens=3e9),
-               Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
-               load_catalog(), date(2026, 12, 1))
+    d = decided_with_owned(measured, 3e9)
     assert d.owned is not None and d.owned.server.power_w_per_gpu == 550.0
     assert d.owned.server.power_source.startswith("measured") and round(d.owned.server.energy_usd, 2) == 512.46
 
@@ -148,21 +156,12 @@ def test_power_is_billed_for_the_hours_operated_and_the_owned_gpu_hour_is_set_be
     """365 h a month: (8 x 700 + 1,000) W x 1.3 x 365 h = 3,131.7 kWh = $313.17. All month at 730 h the server
     costs $5,793.01, $0.99195 per GPU-hour (5,793.01 / 5,840): 0.496x a $2 rented GPU-hour, and at 2,800 output
     tokens/s 0.99195 / (2,800 x 3,600) x 1e6 = $0.098408 per 1M output tokens."""
-    from datetime import date
-
-    from costmodel.decide import decide
-    from costmodel.inputs import Pricing, Requirements, Traffic
-    from costmodel.prices import load_catalog
-    from costmodel.types import EngineLevels, LatencyLimits, MeasuredLevel
-
     half = server_month(OWNED, 700, "board power", hours_per_month=365)
     assert round(half.energy_kwh, 1) == 3131.7 and round(half.energy_usd, 2) == 313.17
     level = MeasuredLevel(label="c64", load=64, request_per_s=11.2, output_tokens_per_s=2800.0,
                           input_tokens_per_s=11_200.0, slo_attainment=1.0, mean_input_tokens=1000,
                           mean_output_tokens=250, num_ok=100, power_w_per_gpu=700.0)
-    d = decide([EngineLevels("ref", (level,))], LatencyLimits(), Traffic(monthly_tokens=3e10),
-               Pricing(gpu="h100-sxm", gpu_usd_per_hour=2.0, owned=OWNED, model="llama-3.1-8b"), Requirements(),
-               load_catalog(), date(2026, 12, 1))
+    d = decided_with_owned(level, 3e10)
     owned = d.owned
     assert owned is not None and round(owned.usd_per_gpu_hour, 5) == 0.99195
     assert round(owned.to_rent_ratio, 3) == 0.496 and round(owned.usd_per_m_output_tokens, 6) == 0.098408
