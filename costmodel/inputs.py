@@ -21,6 +21,7 @@ DEFAULT_PEAK_TO_AVERAGE = 2.0
 # hours of operation (as an autoscaled fleet's do), at the price of a cold start after an idle spell.
 PricingKind = Literal["on-demand", "spot", "reserved", "reserved-1y", "reserved-3y", "serverless"]
 RESERVED_KINDS = frozenset({"reserved", "reserved-1y", "reserved-3y"})
+RESERVED_TERMS = {"reserved-1y": "1 year", "reserved-3y": "3 years"}  # `reserved` names its own
 
 
 def bills_every_hour(kind: str) -> bool:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.units import usd_rate
 from common.validation import parse_yaml_mapping, validate
-from costmodel.inputs import PricingKind
+from costmodel.inputs import RESERVED_KINDS, RESERVED_TERMS, PricingKind
 
 MAX_PRICE_AGE_DAYS = 90
 MAX_DEFAULT_AGE_DAYS = 365  # a row older than this on the day of the decision is never picked by a name
@@ -113,11 +113,22 @@ class GpuPrice(_Dated):
                                  f"{self.usd_per_gpu_second} x 3600 = {hourly:.4f}")
         if self.pricing != "serverless" and (self.usd_per_gpu_second is not None or self.cold_start_s is not None):
             raise ValueError("usd_per_gpu_second and cold_start_s are for pricing: serverless")
+        if self.pricing == "reserved" and not self.commitment:
+            raise ValueError("pricing reserved needs its term in commitment (e.g. '6 months'), or use "
+                             "reserved-1y or reserved-3y")
+        if self.commitment and self.pricing not in RESERVED_KINDS:
+            raise ValueError(f"commitment is for the reserved kinds, not pricing {self.pricing}")
         return self
+
+    @property
+    def term(self) -> str | None:
+        """How long a reserved price commits to: the row's own words, else its kind's."""
+        return self.commitment or RESERVED_TERMS.get(self.pricing)
 
     def label(self) -> str:
         per_node = f", {self.gpus_per_node}-GPU node / {self.gpus_per_node}" if self.gpus_per_node > 1 else ""
-        return f"{self.id} ({usd_rate(self.usd_per_gpu_hour)}/GPU-h{per_node})"
+        term = f", reserved for {self.term}" if self.term else ""
+        return f"{self.id} ({usd_rate(self.usd_per_gpu_hour)}/GPU-h{per_node}{term})"
 
 
 class ProviderPrice(_Dated):
@@ -172,7 +183,11 @@ class PriceCatalog:
                              f"only; name one by its id ({', '.join(r.id for r in others)}) or give --gpu-price")
         if any(r.gpu == gpu for r in self.gpus):
             kinds = sorted({r.pricing for r in self.gpus if r.gpu == gpu})
-            raise PriceError(f"--gpu {name}: no {pricing} price for {gpu}; the catalog has {', '.join(kinds)}")
+            committed = "" if pricing not in RESERVED_KINDS else (
+                "; the shipped prices have no hyperscaler commitment (GCP committed use, AWS savings plans): give "
+                "--gpu-price or add your quote with --prices")
+            raise PriceError(f"--gpu {name}: no {pricing} price for {gpu}; the catalog has {', '.join(kinds)}"
+                             + committed)
         raise PriceError(f"unknown GPU '{name}'{_did_you_mean(name, [*self.gpu_names(), *by_id])}; known GPUs: "
                          f"{', '.join(self.gpu_names())} (or a price row id such as {self.gpus[0].id}, "
                          f"or your own price with --gpu-price)")
@@ -190,6 +205,14 @@ class PriceCatalog:
 
     def gpu_names(self) -> list[str]:
         return sorted({r.gpu for r in self.gpus})
+
+    def priceable(self) -> dict[str, list[str]]:
+        """Each pricing kind's GPU names that pick a row (dated, current; on the day of `as_of`)."""
+        kinds: dict[str, set[str]] = {}
+        for row in self.gpus:
+            if row.is_default:
+                kinds.setdefault(row.pricing, set()).add(row.gpu)
+        return {kind: sorted(names) for kind, names in sorted(kinds.items())}
 
     def provider_rows(self, names: Iterable[str]) -> list[ProviderPrice]:
         """Each name is a row id (`together/llama-3.1-8b`: that row, whatever its date) or a model id

@@ -176,9 +176,10 @@ def test_your_own_gpu_price_wins_and_zero_is_allowed() -> None:
     assert "my-rack at your price" in d.pricing.gpu_label
 
 
-@pytest.mark.parametrize("row", ["together/h100-sxm/reserved-1y", "my-rack"])
+@pytest.mark.parametrize("row", ["together/h100-sxm/reserved", "my-rack"])
 def test_reserved_gpus_bill_every_hour(row: str) -> None:
-    """A 1-year reservation from the catalog, or a 3-year one at your own price: 730 billed hours, no autoscaling."""
+    """A 91-180 days' reservation from the catalog, or 3 years' at your own price: 730 billed hours, no
+    autoscaling."""
     pricing = {"gpu": row, "gpu_usd_per_hour": None} if "/" in row else \
         {"gpu": row, "gpu_usd_per_hour": 2.0, "gpu_pricing": "reserved-3y"}
     d = example_1(CATALOG, **pricing, references=[])

@@ -18,7 +18,7 @@ KINDS = ("on-demand", "spot", "reserved", "reserved-1y", "reserved-3y", "serverl
 
 def test_shipped_catalogs_cover_the_gpus_kinds_clouds_and_models_the_issue_names() -> None:
     assert GPUS_REQUIRED <= set(CATALOG.gpu_names())
-    assert {r.pricing for r in CATALOG.gpus} == {"on-demand", "spot", "reserved-1y", "serverless"}
+    assert {r.pricing for r in CATALOG.gpus} == {"on-demand", "spot", "reserved", "serverless"}
     assert len({r.cloud for r in CATALOG.gpus}) >= 6
     assert {"llama-3.1-8b", "llama-3.3-70b", "qwen3-235b-a22b", "deepseek-v3.1", "gpt-oss-120b"} <= set(
         CATALOG.model_ids())
@@ -82,7 +82,12 @@ def test_a_gpu_name_resolves_to_its_median_single_gpu_row_and_a_row_id_to_itself
     assert CATALOG.gpu("H100").gpu == "h100-sxm"  # alias, any case
     assert CATALOG.gpu("aws/h100-sxm/on-demand").usd_per_gpu_hour == pytest.approx(55.04 / 8)  # by id: a node row
     assert CATALOG.gpu("h100-sxm", "spot").id == "together/h100-sxm/spot"  # not gcp's, azure's or coreweave's nodes
-    assert CATALOG.gpu("h100-sxm", "reserved-1y").commitment == "91-180 days"
+    reserved = CATALOG.gpu("h100-sxm", "reserved")
+    assert (reserved.term, reserved.label()) == ("91-180 days",
+                                                 "together/h100-sxm/reserved ($3.19/GPU-h, reserved for 91-180 days)")
+    with pytest.raises(PriceError, match="no reserved-1y price for h100-sxm; the catalog has on-demand, reserved, "
+                                         "serverless, spot.*no hyperscaler commitment"):
+        CATALOG.gpu("h100-sxm", "reserved-1y")
 
 
 def test_node_rows_are_never_a_single_gpu_median_while_a_single_gpu_row_exists() -> None:
@@ -167,6 +172,10 @@ def test_a_user_file_adds_rows_and_replaces_rows_with_the_same_id(tmp_path: Path
      " source: s, retrieved: 2025-01-01}\n", "usd_per_gpu_hour 1.0 is not usd_per_gpu_second 0.001 x 3600 = 3.6000"),
     ("gpus:\n  - {id: x/l4/od, gpu: l4, cloud: x, pricing: on-demand, usd_per_gpu_hour: 1, cold_start_s: 5,"
      " source: s, retrieved: 2025-01-01}\n", "usd_per_gpu_second and cold_start_s are for pricing: serverless"),
+    ("gpus:\n  - {id: x/l4/r, gpu: l4, cloud: x, pricing: reserved, usd_per_gpu_hour: 1, source: s,"
+     " retrieved: 2025-01-01}\n", "pricing reserved needs its term in commitment (e.g. '6 months')"),
+    ("gpus:\n  - {id: x/l4/od, gpu: l4, cloud: x, pricing: on-demand, usd_per_gpu_hour: 1, commitment: 1 year,"
+     " source: s, retrieved: 2025-01-01}\n", "commitment is for the reserved kinds, not pricing on-demand"),
     ("providers:\n" + ROW.replace("retrieved: 2025-05-01", "retrieved: 2025-05, retrieved_precision: day"),
      "retrieved YYYY-MM goes with retrieved_precision month"),
     ("providers:\n" + ROW.replace(", retrieved: 2025-05-01", ""), "retrieved: Field required"),
