@@ -25,6 +25,7 @@ from costmodel.inputs import (
 )
 from costmodel.model import PER_MILLION, cost_per
 from costmodel.owned import compare_owned
+from costmodel.precision import precision_warning
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
 from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
@@ -111,6 +112,9 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     if resolved.gpu:
         rows_used.append(resolved.gpu)
     warnings = _price_warnings(resolved, pricing, traffic, rows_used) + _sanity(results, pricing, resolved)
+    precision = {engine.engine: engine.precision for engine in engines}
+    mismatch = precision_warning(precision.get(priced.engine), compared) if priced else None
+    warnings += [mismatch] if mismatch else []
     said = verdict(results, best, compared, resolved, requirements, slo, pricing.slo_attainment_target)
     owned = None
     if best is not None and pricing.owned is not None:
@@ -132,7 +136,7 @@ def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None
     point, else the board power of the GPU priced."""
     assert pricing.owned is not None
     if pricing.owned.power_w_per_gpu is not None:
-        return pricing.owned.power_w_per_gpu, "as the scenario gives it (pricing.owned.power_w_per_gpu)"
+        return pricing.owned.power_w_per_gpu, "as given (power_w_per_gpu)"
     point = best.operating_point
     if point is not None and point.power_w_per_gpu is not None:
         return point.power_w_per_gpu, f"measured: the GPUs' mean draw at the operating point ({point.level})"
@@ -213,12 +217,14 @@ def _compared_to(result: CostResult) -> ProviderCost | None:
 
 def decide_given(output_tokens_per_s: float, mean_input_tokens: float, mean_output_tokens: float,
                  traffic: Traffic | None, pricing: Pricing, requirements: Requirements, catalog: PriceCatalog,
-                 today: date, engine: str = "self-hosted") -> Decision:
-    """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO."""
+                 today: date, engine: str = "self-hosted", precision: str | None = None) -> Decision:
+    """The same decision from a throughput typed in (`bench cost`): one replica's output tokens/s at the SLO, and
+    the precision its weights run in where it is stated."""
     if output_tokens_per_s <= 0 or mean_output_tokens <= 0 or mean_input_tokens < 0:
         raise ValueError("--throughput and --output-tokens must be > 0, --input-tokens >= 0")
     request_per_s = output_tokens_per_s / mean_output_tokens
     level = MeasuredLevel(label=GIVEN, load=0.0, request_per_s=request_per_s, output_tokens_per_s=output_tokens_per_s,
                           input_tokens_per_s=request_per_s * mean_input_tokens, mean_input_tokens=mean_input_tokens,
                           mean_output_tokens=mean_output_tokens, kind="given")
-    return decide([EngineLevels(engine, (level,))], LatencyLimits(), traffic, pricing, requirements, catalog, today)
+    return decide([EngineLevels(engine, (level,), precision=precision)], LatencyLimits(), traffic, pricing,
+                  requirements, catalog, today)

@@ -283,6 +283,7 @@ class EngineLevels:
     levels: tuple[MeasuredLevel, ...]
     capacity: MeasuredLevel | None = None
     accuracy: Accuracy | None = None  # on the team's eval (quality.json, or its graded levels); None: not graded
+    precision: str | None = None  # the weights' stated dtype or quantization (bf16, fp8, q4_1); None: not stated
 
 
 @dataclass(frozen=True)

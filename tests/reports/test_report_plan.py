@@ -176,3 +176,19 @@ def test_a_swept_reference_engine_on_the_stand_in_h100_reports_its_plan(tmp_path
     assert "**Memory plan beside the measurements** (`bench plan`: dummy:tiny on 1 x h100-sxm" in md
     assert "| Level | In flight | Batch | Step floor ms | Ceiling tok/s |" in md
     assert "Memory plan beside the measurements" in (run_dir / "report.html").read_text()
+
+
+@pytest.mark.parametrize(("spec", "model", "precision"), [
+    (EngineFile(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", quantization="fp8"), None, "fp8"),
+    (EngineFile(engine="reference", model="default", args={"weights-dtype": "bf16", "dtype": "float32"}), None, "bf16"),
+    (EngineFile(engine="reference", model="default"), "/x/SmolLM2-135M-Instruct.Q4_1.gguf", "q4_1"),
+    (EngineFile(engine="vllm", model="m", args={"dtype": "bfloat16"}), None, "bf16"),
+    (EngineFile(engine="reference", model="default", args={"weights-dtype": "auto"}), None, None),
+])
+def test_a_runs_precision_is_what_its_engine_was_told_else_its_gguf_file(
+        tmp_path: Path, spec: EngineFile, model: str | None, precision: str | None) -> None:
+    from bench.flows.report import run_precision
+
+    run = run_of(tmp_path)
+    info = replace(run.info, engine_spec=spec, engine=replace(run.info.engine, model=model))
+    assert run_precision(replace(run, info=info)) == precision
