@@ -190,11 +190,11 @@ def _notes(owned: Owned, server: OwnedServerCost, assumptions: Assumptions) -> t
              f"{owned.amortization_years:g} years to {owned.residual_share:.0%} residual value; PUE {owned.pue:g} "
              f"at ${owned.usd_per_kwh:g}/kWh; hosting ${owned.hosting_usd_per_server_month:,.0f}/month",
              f"cost of capital {owned.cost_of_capital:.1%} a year"
-             + (" (pricing.owned.cost_of_capital: the purchase then is an annuity)" if not owned.cost_of_capital
+             + (" (cost_of_capital: the purchase then is an annuity)" if not owned.cost_of_capital
                 else ": the purchase paid as an annuity over its life")
              + f"; maintenance {owned.maintenance_share_per_year:.1%} of the price a year"
-             + (" (pricing.owned.maintenance_share_per_year)" if not owned.maintenance_share_per_year else ""),
-             "owned hardware runs all month: sized for the peak, whole servers, no scaling to zero"]
+             + (" (maintenance_share_per_year)" if not owned.maintenance_share_per_year else ""),
+             "the servers run all month: sized for the peak, whole servers, no scaling to zero"]
     if assumptions.gpus_per_replica > owned.gpus_per_server:
         notes.append(f"a replica needs {assumptions.gpus_per_replica} GPUs, more than one server holds: it spans "
                      "servers")

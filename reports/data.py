@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, fields, is_dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, fields, is_dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from common.units import share, tokens, usd
-from costmodel.types import CostResult, Decision, LevelCost, ProviderCost
+from costmodel.types import CostResult, Decision, LevelCost, ProviderCost, Verdict
 from loadgen.types import LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
@@ -128,14 +129,29 @@ def _price_row(row: Any) -> dict[str, Any] | None:
 def _title(decision: Decision, model: str | None, gpu: str | None, runs: list[ReportRun]) -> str:
     """What is priced; and what was measured, when the runs say it was something else (a small model on a CPU
     priced as an 8B model on an H100 is an illustration, and the title says so)."""
+    priced, measured = _priced_and_measured(decision, model, gpu, runs)
+    if measured is None:
+        return f"Self-host or pay per token: {priced}"
+    return f"Self-host or pay per token: {measured}, priced as {priced}: illustrative"
+
+
+def report_verdict(decision: Decision, model: str | None, gpu: str | None, runs: Sequence[ReportRun]) -> Verdict:
+    """The verdict, its first line saying what was measured when it is not what is priced (as the title does)."""
+    priced, measured = _priced_and_measured(decision, model, gpu, runs)
+    if measured is None:
+        return decision.verdict
+    line = (f"{measured[0].upper()}{measured[1:]}, priced as {priced}: the figures show the method on this machine; "
+            f"measure {priced} itself before deciding.")
+    return replace(decision.verdict, lines=(line, *decision.verdict.lines))
+
+
+def _priced_and_measured(decision: Decision, model: str | None, gpu: str | None,
+                         runs: Sequence[ReportRun]) -> tuple[str, str | None]:
     model = model or (decision.best.engine if decision.best else "this model")
     gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (gpu or "your GPU")
     k = decision.pricing.assumptions.gpus_per_replica
     priced = f"{model} on {f'{k} x ' if k > 1 else ''}{gpu}"
-    measured = _measured_otherwise(runs[0], model, gpu) if runs else None
-    if measured is None:
-        return f"Self-host or pay per token: {priced}"
-    return f"Self-host or pay per token: {measured}, priced as {priced}: illustrative"
+    return priced, _measured_otherwise(runs[0], model, gpu) if runs else None
 
 
 def _measured_otherwise(run: ReportRun, model: str, gpu: str) -> str | None:

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# The commands' piped output is PIPED_WIDTH (100) wide unless COLUMNS says otherwise; the tests read whole table
+# rows, so they ask for wide output (the width itself is tested with COLUMNS set and unset).
+os.environ["COLUMNS"] = "200"
 
 from tests.servers import ScriptedServer, scripted_server
 

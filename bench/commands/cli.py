@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure LLM inference engines on your hardware; decide whether to self-host.")
 app.command("report")(report_cmd.report)
-app.command("cost", cls=report_cmd.PlainHelpCommand)(report_cmd.cost)
+app.command("cost", cls=report_cmd.CostHelpCommand)(report_cmd.cost)
 app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
 app.command("tune")(measure_command(tune_cmd.tune))
 app.command("quality")(measure_command(quality_cmd.quality))

@@ -3,6 +3,7 @@ way a command fails on bad input (one line, exit code 2)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn
 
@@ -10,8 +11,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200)
+PIPED_WIDTH = 100  # piped output (CI logs, files) without COLUMNS: a little wider than rich's 80
+
+
+def output_width() -> int | None:
+    """COLUMNS where it is set, else a terminal's own width (None: rich asks it), else PIPED_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if sys.stdout.isatty() else PIPED_WIDTH
+
+
+console = Console(width=output_width())
 errors = Console(stderr=True, soft_wrap=True)
 
 

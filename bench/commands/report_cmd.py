@@ -18,8 +18,12 @@ if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from bench.inputs.scenario import DecisionSettings
     from costmodel.types import Decision
 
-GPU_HELP = ("GPU name (h100-sxm, h100-pcie, h200, a100-80gb, l40s, l4, a10g, rtx-4090: the catalog's median "
-            "price of that kind) or a price row id such as gcp/l4/on-demand.")
+GPU_HELP = ("GPU name (the catalog's median price of that kind; `bench cost --help` lists the names it can price "
+            "today) or a price row id such as gcp/l4/on-demand.")
+OWNED_HELP = ("Compare owning the hardware too (repeatable; over the scenario's pricing.owned): server_usd, "
+              "amortization_years and usd_per_kwh are needed; gpus_per_server (default 8), residual_share (0), "
+              "hosting_usd_per_server_month (0), power_w_per_gpu (measured, else the GPU's board power), "
+              "server_overhead_w (0), pue (1.3), cost_of_capital (0, a year), maintenance_share_per_year (0).")
 PROVIDER_HELP = ("Provider price row (together/llama-3.1-8b) or model id (llama-3.1-8b: every host of it); "
                  "repeat the flag or separate with commas.")
 
@@ -42,6 +46,28 @@ class PlainHelpCommand(TyperCommand):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # click's own, passed through
         super().__init__(*args, **kwargs)
         self.rich_markup_mode = None
+
+
+class CostHelpCommand(PlainHelpCommand):
+    """`bench cost --help` names the GPUs the shipped catalog prices today, kind by kind (a row ages out of
+    the defaults after a year), read when the help is asked for."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # click's signature
+        for param in self.params:
+            if param.name == "gpu":
+                param.help = gpu_help()  # type: ignore[attr-defined]
+        super().format_help(ctx, formatter)
+
+
+def gpu_help() -> str:
+    from datetime import date
+
+    from costmodel.prices import load_catalog
+
+    kinds = load_catalog().as_of(date.today()).priceable()
+    listed = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in kinds.items())
+    return (f"GPU name, priced at the catalog's median row of --gpu-pricing's kind ({listed}), or a price row id "
+            "such as gcp/l4/on-demand.")
 
 
 def _headroom(value: float | None) -> float | None:
@@ -118,6 +144,10 @@ def cost(
     ops_cost: float = typer.Option(None, min=0, metavar="USD", help="Operations cost (people's time), USD a month."),
     prices: list[Path] = typer.Option(None, metavar="FILE",
                                       help="Your own price YAML: adds rows, or replaces rows of the same id."),
+    owned: list[str] = typer.Option(None, metavar="KEY=VALUE", help=OWNED_HELP),
+    precision: str = typer.Option(None, metavar="DTYPE",
+                                  help="The precision the self-hosted weights run in (bf16, fp8, int4...): a "
+                                       "compared host that serves another is named."),
     json_output: bool = typer.Option(False, "--json", help="Print every figure as JSON instead of the summary."),
 ) -> None:
     """The same answer from numbers typed in: throughput, prices, traffic. No run needed."""
@@ -136,11 +166,12 @@ def cost(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
             monthly_tokens=monthly_tokens, peak_to_average=peak_to_average, hours_per_month=hours,
             ops_usd_per_month=ops_cost, gpu_pricing=gpu_pricing.value if gpu_pricing else None, headroom=headroom,
-            spare_replicas=spare_replicas, cache_hit_rate=cache_hit_rate, uses_batch_api=batch_api)
+            spare_replicas=spare_replicas, cache_hit_rate=cache_hit_rate, uses_batch_api=batch_api,
+            owned=_owned_fields(owned))
         isl = input_tokens if input_tokens is not None else base.workload.input_tokens.mean_tokens()
         osl = output_tokens if output_tokens is not None else base.workload.output_tokens.mean_tokens()
         decision = decide_given(throughput, isl, osl, settings.traffic, settings.pricing, settings.requirements,
-                                load_catalog(prices or []), date.today())
+                                load_catalog(prices or []), date.today(), precision=precision)
     except (ScenarioError, PriceError, ValueError) as exc:
         fail(_message(exc))
     if json_output:
@@ -159,6 +190,27 @@ def _settings(scenario: str | None, first_run: Path) -> DecisionSettings:
         return load_scenario(scenario).decision_settings()
     except ScenarioError as exc:
         raise ReportError(str(exc)) from None
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    """`KEY=VALUE` flags as a mapping (the values are checked where they are used, by name)."""
+    pairs = {}
+    for value in values or []:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip() or not text.strip():
+            raise ValueError(f"{flag} {value}: expected KEY=VALUE, e.g. {flag} server_usd=250000")
+        pairs[key.strip()] = text.strip()
+    return pairs
+
+
+def _owned_fields(values: list[str] | None) -> dict[str, str]:
+    from costmodel.inputs import Owned
+
+    fields = _pairs(values, "--owned")
+    unknown = sorted(set(fields) - set(Owned.model_fields))
+    if unknown:
+        raise ValueError(f"--owned {unknown[0]}: unknown field; known: {', '.join(Owned.model_fields)}")
+    return fields
 
 
 def _names(values: list[str] | None) -> list[str]:
@@ -188,7 +240,9 @@ def _print_verdict(console: Console, decision: Decision) -> None:
         table = Table(show_lines=False)
         for name in ("option", "per month", "per 1M tokens", "crossover (self-hosting cheaper above)",
                      "break-even utilization"):
-            table.add_column(name, justify="left" if name.startswith(("option", "cross")) else "right")
+            # A narrow table breaks a long provider id over two lines rather than cutting it short.
+            table.add_column(name, justify="left" if name.startswith(("option", "cross")) else "right",
+                             overflow="fold")
         if best.fleet is not None:
             table.add_row(f"self-hosted: {best.fleet.gpus} GPUs", usd(best.fleet.monthly_usd, cents=True),
                           usd(best.fleet.monthly_usd / best.fleet.monthly_tokens * 1e6) if best.fleet.monthly_tokens
@@ -273,4 +327,6 @@ def assumption_lines(decision: Decision) -> list[str]:
     ops = usd(a.ops_usd_per_month)
     lines.append(f"operations: {ops}/month" if a.ops_usd_per_month > 0 else
                  f"operations: {ops}/month: people's time to run the fleet is not counted (--ops-cost)")
+    if decision.owned is not None:
+        lines += [f"owned: {note}" for note in decision.owned.notes]
     return lines

@@ -73,12 +73,15 @@ class DecisionSettings(BaseModel):
                        gpu_pricing: str | None = None, headroom: float | None = None,
                        spare_replicas: int | None = None, cache_hit_rate: float | None = None,
                        uses_batch_api: bool | None = None, monthly_tasks: float | None = None,
-                       min_accuracy: float | None = None) -> DecisionSettings:
+                       min_accuracy: float | None = None, owned: dict[str, str] | None = None) -> DecisionSettings:
         """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
         price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
         pricing: dict[str, object] = {}
         if gpu is not None:
             pricing.update(gpu=gpu, gpu_usd_per_hour=None)
+        if owned:  # each field given over the scenario's own hardware (checked by name: unknown keys are refused)
+            given = self.pricing.owned.model_dump(exclude_unset=True) if self.pricing.owned else {}
+            pricing["owned"] = {**given, **owned}
         for key, value in (("gpu_usd_per_hour", gpu_usd_per_hour), ("gpus_per_replica", gpus_per_replica),
                            ("providers", providers or None), ("ops_usd_per_month", ops_usd_per_month),
                            ("gpu_pricing", gpu_pricing), ("headroom", headroom), ("spare_replicas", spare_replicas)):

@@ -81,7 +81,7 @@ def test_the_flags_override_the_scenarios_traffic_and_pricing(monkeypatch: pytes
         "--gpu",
         "h100-sxm",
         "--gpu-pricing",
-        "reserved-1y",
+        "reserved",
     )
     assert result.exit_code == 0, result.output
     throughput, isl, osl, traffic, pricing = seen["args"][:5]
@@ -91,7 +91,7 @@ def test_the_flags_override_the_scenarios_traffic_and_pricing(monkeypatch: pytes
         0.6,
         0,
         "h100-sxm",
-        "reserved-1y",
+        "reserved",
     )
     assert pricing.references == ["openai/gpt-5-mini", "anthropic/claude-haiku-4.5"]  # the rest: the scenario's
 
@@ -115,10 +115,10 @@ def test_small_prices_keep_their_significant_digits() -> None:
 
 
 def test_a_reserved_term_bills_all_month_and_serverless_the_hours_used() -> None:
-    reserved = run(*BASE, "--gpu", "h100-sxm", "--gpu-pricing", "reserved-1y", "--hours", "260")
+    reserved = run(*BASE, "--gpu", "h100-sxm", "--gpu-pricing", "reserved", "--hours", "260")
     assert reserved.exit_code == 0, reserved.output
     out = " ".join(reserved.output.split())
-    assert "GPU: together/h100-sxm/reserved-1y ($3.19/GPU-h), billed 730 h/month" in out
+    assert "GPU: together/h100-sxm/reserved ($3.19/GPU-h, reserved for 91-180 days), billed 730 h/month" in out
     serverless = run(*BASE, "--gpu", "h100-sxm", "--gpu-pricing", "serverless", "--hours", "260")
     assert serverless.exit_code == 0, serverless.output
     out = " ".join(serverless.output.split())
@@ -162,3 +162,87 @@ def test_a_gpu_price_picked_by_name_says_which_row_and_how() -> None:
     assert "the median of" in out and "dated on-demand rows for h100-sxm under a year old" in out
     named = run(*BASE, "--gpu", "together/h100-sxm/on-demand")
     assert "the median of" not in " ".join(named.output.split())  # a row named by its id: nothing to explain
+
+
+def test_the_help_names_only_the_gpus_the_catalog_prices_today_kind_by_kind() -> None:
+    from datetime import date
+
+    from costmodel.prices import load_catalog
+
+    result = run("cost", "--help")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    kinds = load_catalog().as_of(date.today()).priceable()
+    for kind, names in kinds.items():
+        assert f"{kind}: {', '.join(names)}" in text
+    # l40s has a serverless row only: an on-demand --gpu l40s is not offered as if it were priced
+    assert "l40s" not in kinds["on-demand"] and "l40s" in kinds["serverless"]
+    # a row ages out of the defaults after a year: on 2027-07-01 the May and June 2026 rows no longer count
+    later = load_catalog().as_of(date(2027, 7, 1)).priceable()
+    assert "rtx-4090" not in later["on-demand"] and "l40s" not in later.get("serverless", [])
+
+
+# An owned 8-GPU server at $240,000 over 4 years (straight-line: $5,000 a month), $1,132 hosting, 8 x 700 W at
+# PUE 1.25 for 730 h = 5,110 kWh at $0.10 = $511: $6,643 a month, over 8 x 730 GPU-hours = $1.1375 per GPU-hour;
+# at 2,800 output tokens/s a 1M output tokens take 357.14 s: $1.1375 x 1e6 / (2,800 x 3,600) = $0.112847;
+# against $3/GPU-h rented, 1.1375 / 3 = 0.379x.
+OWNED = ["--owned", "server_usd=240000", "--owned", "amortization_years=4", "--owned", "usd_per_kwh=0.10",
+         "--owned", "power_w_per_gpu=700", "--owned", "pue=1.25", "--owned", "hosting_usd_per_server_month=1132"]
+OWNED_BASE = ["cost", "--throughput", "2800", "--input-tokens", "1000", "--output-tokens", "250", "--gpu-price", "3",
+              "--provider", "deepinfra/llama-3.1-8b", "--monthly-tokens", "1.4e11", "--ops-cost", "0"]
+
+
+def test_owned_hardware_from_flags_is_costed_per_gpu_hour_and_per_output_token_with_its_defaults_said() -> None:
+    import json
+
+    result = run(*OWNED_BASE, *OWNED, "--json")
+    assert result.exit_code == 0, result.output
+    owned = json.loads(result.output)["owned"]
+    assert owned["usd_per_gpu_hour"] == pytest.approx(1.1375, abs=1e-9)
+    assert owned["usd_per_m_output_tokens"] == pytest.approx(0.112847, abs=5e-7)
+    assert owned["to_rent_ratio"] == pytest.approx(0.379167, abs=5e-7)
+    text = " ".join(run(*OWNED_BASE, *OWNED).output.split())
+    assert "$1.1375 per GPU-hour" in text and "($0.1128 per 1M output tokens), 0.379x the rented GPU-hour" in text
+    assert "owned: cost of capital 0.0% a year (cost_of_capital: the purchase then is an annuity); maintenance " \
+           "0.0% of the price a year (maintenance_share_per_year)" in text
+    assert "owned: power: 700 W per GPU, as given (power_w_per_gpu), billed for the 730 h/month operated" in text
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("colour=red", "--owned colour: unknown field; known: server_usd, gpus_per_server"),
+    ("amortization_years=40", "owned.amortization_years: Input should be less than or equal to 15"),
+    ("server_usd", "--owned server_usd: expected KEY=VALUE, e.g. --owned server_usd=250000"),
+    ("usd_per_kwh=cheap", "owned.usd_per_kwh: Input should be a valid number"),
+])
+def test_a_bad_owned_flag_is_refused_naming_the_field(extra: str, message: str) -> None:
+    result = run(*OWNED_BASE, *OWNED, "--owned", extra)
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_host_serving_another_precision_than_the_self_hosted_model_is_named() -> None:
+    # deepinfra's Turbo endpoint is listed as fp8; coreweave's as bf16
+    fp8 = " ".join(run(*OWNED_BASE, "--precision", "bfloat16").output.split())
+    assert "deepinfra/llama-3.1-8b serves fp8 weights, the self-hosted model runs bf16: not the same product" in fp8
+    unstated = " ".join(run(*OWNED_BASE).output.split())
+    assert "deepinfra/llama-3.1-8b serves fp8 weights; the self-hosted precision is not stated" in unstated
+    coreweave = [("coreweave/llama-3.1-8b" if arg == "deepinfra/llama-3.1-8b" else arg) for arg in OWNED_BASE]
+    same = run(*coreweave, "--precision", "bf16")
+    assert same.exit_code == 0 and "serves" not in same.output, same.output
+
+
+@pytest.mark.parametrize(("columns", "width"), [(None, 100), ("130", 130)])
+def test_piped_output_is_as_wide_as_columns_says_else_100_and_cuts_no_id(columns: str | None, width: int) -> None:
+    import os
+    import subprocess
+
+    from tests.bench.test_cli import BENCH
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
+    result = subprocess.run([*BENCH, *OWNED_BASE, "--provider", "anthropic/claude-haiku-4.5"], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) == width  # the table fills the width; nothing is longer
+    assert "…" not in result.stdout  # a narrow table folds an id over two lines, never cuts it
+    bullets = [line for line in lines if line.startswith("  - ")]
+    assert len(bullets) >= 4 and all(len(line) <= width for line in lines)

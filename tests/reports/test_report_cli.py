@@ -73,7 +73,7 @@ def test_a_directory_that_is_not_a_run_is_named(tmp_path: Path) -> None:
     assert result.returncode == 2 and f"{tmp_path}: no run.json" in result.stderr
 
 
-@pytest.mark.parametrize("command", [["--help"], ["sweep", "--help"], ["report", "--help"]])
+@pytest.mark.parametrize("command", [["--help"], ["sweep", "--help"], ["report", "--help"], ["cost", "--help"]])
 def test_help_imports_no_heavy_module(command: list[str]) -> None:
     """`bench --help` answers at once because it imports nothing heavy (its time: benchmarks/cli_startup.py)."""
     code = ("import sys; sys.argv = ['bench', *sys.argv[1:]]\nfrom bench.commands.cli import app\n"
