@@ -42,6 +42,7 @@ class EngineFile(BaseModel):
     container_port: int | None = Field(default=None, ge=1, le=65535)
     served_model: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    cpus: list[int] | None = None  # the CPU cores a local engine is pinned to (each replica's share, by default)
     volumes: dict[str, str] = Field(default_factory=dict)
     working_dir: str | None = None
     ready_timeout_s: float = Field(default=1800.0, gt=0)

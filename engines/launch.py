@@ -50,6 +50,8 @@ class ProcessSpec:
     ready_urls: list[str]  # any one answering 200 means ready
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 300.0
+    cpus: tuple[int, ...] | None = None  # the cores it is pinned to (a replica's share); None: wherever
+    private: bool = False  # every file it makes is its owner's only (umask 077): a UI's accounts and keys
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
         try:
             process = subprocess.Popen(
                 spec.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env, preexec_fn=lifeline.die_with_parent(),
+                start_new_session=True, env=env,
+                preexec_fn=_in_child(lifeline.die_with_parent(), spec.cpus, spec.private),
             )
         except FileNotFoundError:
             raise EngineStartError(f"{spec.name}: cannot run '{spec.command[0]}': not found") from None
@@ -106,6 +109,24 @@ def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
         finally:
             stop_process_group(process)
             lifeline.stand_down(watcher)
+
+
+def _in_child(tie: Callable[[], None] | None, cpus: tuple[int, ...] | None,
+              private: bool = False) -> Callable[[], None] | None:
+    """What the child does before it runs the command: pin itself to `cpus` (before any thread pool starts,
+    so every thread it makes stays there), make its files private, and tie itself to this process."""
+    if cpus is None and not private:
+        return tie
+
+    def start() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if private:
+            os.umask(0o077)
+        if tie is not None:
+            tie()
+
+    return start
 
 
 def wait_until_ready(

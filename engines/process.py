@@ -75,14 +75,15 @@ LocalKind = Callable[[str, dict[str, str], int], LocalEngine]
 @contextmanager
 def launch_local(
     kind: LocalKind, run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
-    ready_timeout_s: float = 600.0,
+    ready_timeout_s: float = 600.0, env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None,
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Run the engine `kind` makes on `port` (or a free one) until ready, yield its endpoint and what runs
-    there, and stop it on every path."""
+    there, and stop it on every path; `env` is added to its environment, `cpus` the cores it is pinned to."""
     port, root = local_port(port)
     engine = kind(model, dict(args or {}), port)  # a copy: kinds take the launcher's own keys out
     urls = [root + path for path in engine.ready_paths]
-    spec = ProcessSpec(engine.name, engine.command, urls, env=engine.env, ready_timeout_s=ready_timeout_s)
+    spec = ProcessSpec(engine.name, engine.command, urls, env={**engine.env, **(env or {})},
+                       ready_timeout_s=ready_timeout_s, cpus=cpus)
     with run_process(spec, run_dir / ENGINE_LOG) as started:
         served = engine.served_model(root)
         details = {"command": engine.command, **engine.details, "time_to_ready_s": round(started.time_to_ready_s, 3),
@@ -103,15 +104,15 @@ def reference_engine(model: str, args: dict[str, str], port: int) -> LocalEngine
                        details={"model_argument": model, "engine_args": args})
 
 
-def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0,
-                          port: int | None = None) -> RunningEngine:
+def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0, port: int | None = None,
+                          env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None) -> RunningEngine:
     """The reference engine with its own server flags as given (`bench serve`'s), on `port` (or a free one)."""
 
     def kind(model: str, args: dict[str, str], port: int) -> LocalEngine:
         command = [sys.executable, "-m", "engines.reference", *argv, "--host", "127.0.0.1", "--port", str(port)]
         return LocalEngine("reference", command, version=lambda root: _tool_version(), details={"argv": argv})
 
-    return launch_local(kind, run_dir, "from-argv", None, port, ready_timeout_s)
+    return launch_local(kind, run_dir, "from-argv", None, port, ready_timeout_s, env, cpus)
 
 
 # --- llama.cpp -------------------------------------------------------------------------------------------

@@ -65,7 +65,9 @@ class LocalProcess:
 
     def __call__(self, o: EngineFile) -> Launcher:
         args = _args(o)  # a bad flag is said now, before anything starts
-        return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", args, o.port, o.ready_timeout_s)
+        cpus = tuple(o.cpus) if o.cpus else None
+        return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", args, o.port, o.ready_timeout_s,
+                                            o.env, cpus)
 
 
 def _lmstudio(o: EngineFile) -> Launcher:
@@ -189,7 +191,8 @@ def _through_ui(o: EngineFile) -> Launcher:
 
 def _replicated(o: EngineFile) -> Launcher:
     """N replicas of a local engine behind vllm-router: each replica on a free port, the router on --port."""
-    from engines.replicas import check_replicas, launch_replicas
+    from engines.budget import ReplicaBudget
+    from engines.replicas import budgeted, check_replicas, launch_replicas
 
     if o.engine not in REPLICABLE:
         raise EngineError(f"--replicas {o.replicas}: only local engines ({', '.join(REPLICABLE)}) are launched as "
@@ -198,6 +201,14 @@ def _replicated(o: EngineFile) -> Launcher:
         check_replicas(o.replicas, o.router_policy)
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    replica = ENGINES[o.engine](o.model_copy(update={"port": None, "replicas": 1}))
-    return lambda run_dir: launch_replicas(replica, o.replicas, run_dir, o.router_policy, o.port,
-                                           min(o.ready_timeout_s, 120.0))
+    def make(budget: ReplicaBudget) -> Launcher:  # each replica its share of the cores and its own GPUs
+        return ENGINES[o.engine](o.model_copy(update={"port": None, "replicas": 1, "env": {**budget.env(), **o.env},
+                                                      "cpus": list(budget.cpus)}))
+
+    gpus = o.gpus if isinstance(o.gpus, list) else [] if o.gpus == "none" else None
+    try:
+        replicas = budgeted(make, o.replicas, o.tensor_parallel_size if o.tensor_parallel_size > 1 else None, gpus,
+                            o.cpus)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    return lambda run_dir: launch_replicas(replicas, run_dir, o.router_policy, o.port, min(o.ready_timeout_s, 120.0))

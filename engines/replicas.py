@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from urllib.parse import urlparse
 
+from engines.budget import ReplicaBudget, machine_cpus, machine_gpus, split_budgets
 from engines.launch import ENGINE_LOG, EngineStartError, ProcessSpec, local_port, run_process
 from engines.types import Endpoint, EngineInfo, Launcher
 
@@ -48,15 +49,25 @@ def check_replicas(count: int, policy: str) -> None:
         raise ValueError(f"--router-policy {policy}: choose one of {', '.join(POLICIES)}")
 
 
+def budgeted(make: Callable[[ReplicaBudget], Launcher], count: int, gpus_per_replica: int | None = None,
+             gpus: Sequence[int] | None = None,
+             cpus: Sequence[int] | None = None) -> list[tuple[Launcher, ReplicaBudget]]:
+    """`count` launchers, each given by `make` its budget (engines.budget) of `cpus` and `gpus` (default: this
+    machine's). Raises ValueError when the GPUs are too few."""
+    budgets = split_budgets(count, cpus or machine_cpus(), machine_gpus() if gpus is None else gpus, gpus_per_replica)
+    return [(make(budget), budget) for budget in budgets]
+
+
 @contextmanager
-def launch_replicas(replica: Launcher, count: int, run_dir: Path, policy: str = "round_robin",
+def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir: Path, policy: str = "round_robin",
                     port: int | None = None, ready_timeout_s: float = 120.0) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """`count` replicas from `replica` (a launcher on a free port), then the router in front of them."""
+    """Each replica (a launcher on a free port, within its budget), then the router in front of them."""
+    count = len(replicas)
     check_replicas(count, policy)
     router = find_router()
     with ExitStack() as stack:
         running = []
-        for index in range(count):
+        for index, (replica, _) in enumerate(replicas):
             replica_dir = run_dir / REPLICA_DIR.format(index=index)
             replica_dir.mkdir(parents=True, exist_ok=True)
             running.append(stack.enter_context(replica(replica_dir)))
@@ -70,7 +81,8 @@ def launch_replicas(replica: Launcher, count: int, run_dir: Path, policy: str = 
         details = {"router": {"command": command, "policy": policy, "pid": started.pid,
                               "time_to_ready_s": round(started.time_to_ready_s, 3)},
                    "replicas": [{"base_url": endpoint.base_url, "metrics_url": _metrics_url(endpoint.base_url),
-                                 **asdict(info)} for endpoint, info in running]}
+                                 **asdict(info), "budget": budget.as_record(), "budget_text": budget.describe()}
+                                for (endpoint, info), (_, budget) in zip(running, replicas, strict=True)]}
         info = EngineInfo(name=f"{first.name} x{count}", model=first.model, version=first.version,
                           launched_by="bench", details=details)
         yield Endpoint(root + "/v1", first.model), info

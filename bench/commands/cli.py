@@ -271,7 +271,7 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
     from engines.launch import EngineStartError
     from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
     from engines.process import launch_reference_argv
-    from engines.replicas import launch_replicas
+    from engines.replicas import budgeted, launch_replicas
 
     logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     engine_port = options.port or None
@@ -281,9 +281,10 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
         with ExitStack() as running:
             if stack.replicas is not None:
                 argv = _without(argv, "--port", "--host")
-                endpoint, info = running.enter_context(launch_replicas(
-                    lambda run_dir: launch_reference_argv(run_dir, argv), stack.replicas, logs, stack.router_policy,
-                    engine_port))
+                replicas = budgeted(lambda budget: lambda run_dir: launch_reference_argv(
+                    run_dir, argv, env=budget.env(), cpus=budget.cpus), stack.replicas)
+                endpoint, info = running.enter_context(launch_replicas(replicas, logs, stack.router_policy,
+                                                                       engine_port))
                 urls = ", ".join(r["base_url"] for r in info.details["replicas"])
                 console.print(f"{info.name} behind vllm-router ({stack.router_policy}) at {endpoint.base_url} "
                               f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)
@@ -297,13 +298,21 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
                 console.print(f"Open WebUI {ui.version or ''} at {ui.root}: sign in as {ui.account.email} with "
                               f"password {ui.account.password} (kept in {stack.ui_data / CREDENTIALS})",
                               highlight=False, soft_wrap=True)
+                console.print(_ui_data_note(stack.ui_data), highlight=False, soft_wrap=True)
             console.print(f"logs in {logs}. Ctrl-C stops them all.", highlight=False)
             while True:
                 time.sleep(3600)
     except (EngineStartError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
+        if stack.ui:
+            console.print(f"stopped; {_ui_data_note(stack.ui_data)}", highlight=False, soft_wrap=True)
         raise typer.Exit(stopping.exit_code()) from None
+
+
+def _ui_data_note(data: Path) -> str:
+    return (f"Open WebUI's data (accounts, API keys, chats) stays in {data}, its owner's only (0700), for the next "
+            f"start; remove it with: rm -rf {data}")
 
 
 def _without(argv: list[str], *flags: str) -> list[str]:
