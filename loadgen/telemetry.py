@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -93,9 +93,23 @@ def sampling(url: str | None, path: Path, gpu: bool = False) -> Iterator[None]:
                *(["--gpu"] if gpu else [])]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        _first_sample(path, process)
         yield
     finally:
         terminate(process)
+
+
+FIRST_SAMPLE_WAIT_S = 15.0
+
+
+def _first_sample(path: Path, process: subprocess.Popen[bytes], wait_s: float = FIRST_SAMPLE_WAIT_S) -> None:
+    """Wait (a while at most) for the sampler's first line: on a machine whose cores the engines already keep
+    busy, a fresh Python takes seconds to start, and a short level would pass unsampled."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and process.poll() is None:
+        if path.is_file() and path.stat().st_size > 0:
+            return
+        time.sleep(0.05)
 
 
 def sample_until_stopped(
@@ -152,8 +166,28 @@ def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, 
         mean_waiting=mean("requests_waiting"), max_kv_cache_usage=max(kv) if kv else None,
         preemptions=growth("preemptions_total"),
         prefix_cache_hit_rate=hits / queries if queries and hits is not None else None,
-        generated_tokens=growth("generation_tokens_total"),
+        generated_tokens=growth("generation_tokens_total"), prefix_cache_queries=queries,
     )
+
+
+def summed_view(level: str, views: Sequence[ServerView]) -> ServerView:
+    """Replicas behind a router as one server: requests running and waiting, preemptions and tokens summed,
+    prefix hits over lookups pooled (each replica weighed by its lookups), the fullest KV cache."""
+    def total(values: Iterable[float | None]) -> float | None:
+        given = [v for v in values if v is not None]
+        return sum(given) if given else None
+
+    weighed = [(v.prefix_cache_hit_rate, v.prefix_cache_queries) for v in views
+               if v.prefix_cache_hit_rate is not None and v.prefix_cache_queries]
+    lookups = sum(q for _, q in weighed)
+    kv = [v.max_kv_cache_usage for v in views if v.max_kv_cache_usage is not None]
+    return ServerView(
+        level=level, num_samples=min((v.num_samples for v in views), default=0),
+        mean_running=total(v.mean_running for v in views), mean_waiting=total(v.mean_waiting for v in views),
+        max_kv_cache_usage=max(kv) if kv else None, preemptions=total(v.preemptions for v in views),
+        prefix_cache_hit_rate=sum(rate * q for rate, q in weighed) / lookups if lookups else None,
+        generated_tokens=total(v.generated_tokens for v in views), prefix_cache_queries=lookups or None,
+        num_replicas=len(views))
 
 
 def gpu_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> GpuView:

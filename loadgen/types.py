@@ -528,6 +528,8 @@ class ServerView:
     preemptions: float | None
     prefix_cache_hit_rate: float | None
     generated_tokens: float | None = None  # tokens it generated during the level (its share of the load)
+    prefix_cache_queries: float | None = None  # tokens looked up in its prefix cache during the level
+    num_replicas: int = 1  # > 1: the sum of that many replicas' views (behind a router)
 
 
 @dataclass(frozen=True)

@@ -357,6 +357,7 @@ def _replicas(run: ReportRun) -> dict[str, Any] | None:
              "load_share": (view.generated_tokens or 0.0) / totals[view.level] if totals[view.level] else None}
             for index, view in run.replica_views]
     return {"policy": run.router_policy, "count": len({i for i, _ in run.replica_views}),
+            "budgets": [f"replica {i}: {text}" for i, text in enumerate(run.replica_budgets)],
             "levels": sorted(rows, key=lambda r: (r["level"], r["replica"]))}
 
 

@@ -44,6 +44,7 @@ class ReportRun:
     telemetry: dict[str, Any] | None = None  # run.json's telemetry: what was sampled, and why not
     replica_views: tuple[tuple[int, ServerView], ...] = ()  # behind a router: each replica's own view per level
     router_policy: str | None = None
+    replica_budgets: tuple[str, ...] = ()  # each replica's share of the machine, in words (engines.budget)
     ui: dict[str, Any] | None = None  # measured through a UI in front (run.json's engine.details.ui)
     ui_screenshot: bytes | None = None  # the UI's page answering, as a browser saw it (PNG)
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report

@@ -175,14 +175,22 @@ def _interval(figure: Interval, digits: int) -> str:
     return f"{_fmt(figure.mean, digits)} ± {_fmt(figure.half_width, digits)} [{values}]"
 
 
-def replica_view_table(views: list[tuple[int, ServerView]], title: str) -> Table:
-    """Each replica behind a router, per level: how busy it was, its share of the tokens, its prefix hits."""
+def replica_view_table(views: list[tuple[int, ServerView]], title: str, budgets: dict[int, str] | None = None) -> Table:
+    """Each replica behind a router, per level: its budget, how busy it was, its share of the tokens generated
+    at that level, its prefix hits."""
+    budgets = budgets or {}
+    totals: dict[str, float] = {}
+    for _, v in views:
+        totals[v.level] = totals.get(v.level, 0.0) + (v.generated_tokens or 0.0)
     table = Table(title=title)
-    for name in ("level", "replica", "running", "waiting", "tokens generated", "prefix hit rate"):
-        table.add_column(name, justify="left" if name == "level" else "right")
+    for name in ("level", "replica", *(("budget",) if budgets else ()), "running", "waiting", "tokens generated",
+                 "share of tokens", "prefix hit rate"):
+        table.add_column(name, justify="left" if name in ("level", "budget") else "right")
     for index, v in sorted(views, key=lambda item: (item[1].level, item[0])):
-        table.add_row(v.level, str(index), _fmt(v.mean_running), _fmt(v.mean_waiting), _fmt(v.generated_tokens, 0),
-                      share(v.prefix_cache_hit_rate))
+        total = totals.get(v.level)
+        table.add_row(v.level, str(index), *((budgets.get(index, "-"),) if budgets else ()), _fmt(v.mean_running),
+                      _fmt(v.mean_waiting), _fmt(v.generated_tokens, 0),
+                      share((v.generated_tokens or 0.0) / total) if total else "-", share(v.prefix_cache_hit_rate))
     return table
 
 
@@ -234,8 +242,11 @@ def _signed(value: float | None) -> str:
 
 
 def server_view_table(views: list[ServerView], title: str) -> Table:
-    """What the server's own metrics said during each level (means over the samples taken while it ran)."""
-    table = Table(title=title)
+    """What the server's own metrics said during each level (means over the samples taken while it ran); behind
+    a router, its replicas' summed."""
+    replicas = max((v.num_replicas for v in views), default=1)
+    table = Table(title=title + (f" ({replicas} replicas summed; hits pooled over their lookups)"
+                                 if replicas > 1 else ""))
     for name in ("level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"):
         table.add_column(name, justify="left" if name == "level" else "right")
     for v in views:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from bench.commands.console import console, errors
+from bench.commands.console import console, errors, warn
 from bench.commands.flags import MeasureFlags
 from bench.flows.capacity import CapacityPlan
 from bench.flows.sweep import SweepPlan, SweepResult, run_sweep
@@ -211,10 +211,15 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         if run is None:
             continue
         name = result.run_dir.name
+        ui = run.info.engine.details.ui
+        if ui is not None and ui.page is not None and ui.page.why_not:
+            warn(f"{ui.name}'s page was not checked in a browser: {ui.page.why_not}")
         if run.server_views:
             console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
         if run.replica_views:
-            console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}"))
+            budgets = {i: r.budget_text for i, r in enumerate(run.info.engine.details.replicas) if r.budget_text}
+            console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}",
+                                             budgets=budgets))
         if run.capacity is not None:
             console.print(capacity_line(run.capacity, any(s.sessions is not None for s in run.summaries)),
                           highlight=False)

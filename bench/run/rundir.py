@@ -38,7 +38,7 @@ from loadgen.metrics import cut_short, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
-from loadgen.telemetry import gpu_view, server_view
+from loadgen.telemetry import gpu_view, server_view, summed_view
 from loadgen.types import (
     SLO,
     ClientCheck,
@@ -142,12 +142,16 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
     samples = _samples(run_dir / TELEMETRY_FILE)
     ui = info.engine.details.ui
     screenshot = run_dir / ui.page.screenshot if ui and ui.page and ui.page.screenshot else None
+    replicas = _replica_views(run_dir, spans)
     return Run(
         run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo)),
         finished=tuple(level_runs),
-        server_views=tuple(_sampled(server_view(level, samples, *span) for level, span in spans.items())),
+        # Behind a router the server is its replicas: their views summed (the router's own port serves no
+        # engine series, or one replica's).
+        server_views=tuple(_summed(replicas, spans) if replicas else
+                           _sampled(server_view(level, samples, *span) for level, span in spans.items())),
         gpu_views=tuple(_sampled(gpu_view(level, samples, *span) for level, span in spans.items())),
-        replica_views=tuple(_replica_views(run_dir, spans)),
+        replica_views=tuple(replicas),
         capacity=read_capacity(run_dir),
         ui_screenshot=screenshot.read_bytes() if screenshot is not None and screenshot.is_file() else None,
     )
@@ -170,9 +174,10 @@ def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO) -
         row = level_runs.get(level, {})
         client, network, machine = row.get("client"), row.get("network"), row.get("machine")
         workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
+        ran = (row["wall_s"], row.get("duration_s")) if "wall_s" in row else None
         summary = summarize_columns(columns, slo, ClientCheck(**client) if client else None,
                                     ConnectProbe(**network) if network else None, workers,
-                                    MachineLoad.from_json(machine) if machine else None)
+                                    MachineLoad.from_json(machine) if machine else None, ran)
         summaries.append(summary if row else cut_short(summary, columns))
     return summaries
 
@@ -202,6 +207,10 @@ def _replica_views(run_dir: Path, spans: dict[str, tuple[float, float]]) -> list
         seen = _sampled(server_view(level, samples, *span) for level, span in spans.items())
         views += [(index, view) for view in seen]
     return views
+
+
+def _summed(replicas: list[tuple[int, ServerView]], spans: dict[str, tuple[float, float]]) -> list[ServerView]:
+    return [summed_view(level, views) for level in spans if (views := [v for _, v in replicas if v.level == level])]
 
 
 def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:

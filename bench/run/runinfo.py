@@ -58,6 +58,8 @@ class ReplicaRecord:
     version: str | None = None
     launched_by: str | None = None
     details: dict[str, object] = field(default_factory=dict)  # the replica engine's own, as written
+    budget_text: str | None = None  # its share of the machine (engines.budget), in words
+    budget: dict[str, object] | None = None  # the same as figures: cpus, threads, gpus, env
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,12 @@ class EngineRecord:
 
     @property
     def label(self) -> str:
-        """`vllm 0.8.5`: the engine and its version where it is known."""
+        """`vllm 0.8.5`: the engine and its version where it is known; through a UI, each its own version
+        (`reference 0.1.0 via Open WebUI 0.12.4`)."""
+        ui = self.details.ui
+        if ui is not None and ui.name and self.name.endswith(f" via {ui.name}"):
+            engine = self.name.removesuffix(f" via {ui.name}")
+            return " ".join(part for part in (engine, self.version, "via", ui.name, ui.version) if part)
         return f"{self.name} {self.version}" if self.version else self.name
 
 

@@ -4,6 +4,9 @@ through the router, each replica's own metrics sampled, and everything stopped."
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from bench.run.rundir import read_run
 from tests.bench.test_cli import bench, only_run_dir
@@ -23,11 +26,25 @@ def test_two_replicas_behind_the_router_are_measured_and_each_is_sampled(tmp_pat
     assert len(replicas) == 2 and len({r["base_url"] for r in replicas}) == 2
     summary = json.loads((run_dir / "summary.json").read_text())[0]
     assert summary["num_ok"] > 0 and summary["num_failed"] == 0
-    views = read_run(run_dir).replica_views
+    read = read_run(run_dir)
+    views = read.replica_views
     assert {index for index, _ in views} == {0, 1}
     tokens = [view.generated_tokens for _, view in views]
     assert all(t is not None and t > 0 for t in tokens)  # round robin: both replicas generated
     assert "each replica behind the router" in result.stdout
+    # each replica had its own share of the cores, a thread per core, said in run.json and on the terminal
+    budgets = [r["budget"] for r in replicas]
+    cores = [set(b["cpus"]) for b in budgets]
+    assert set().union(*cores) <= os.sched_getaffinity(0) and all(b["threads"] == len(b["cpus"]) for b in budgets)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert not cores[0] & cores[1]  # no core fought over
+    assert all(b["env"]["OMP_NUM_THREADS"] == str(b["threads"]) for b in budgets)
+    assert replicas[0]["budget_text"] in result.stdout
+    # the server's table is the replicas summed, not the router's port
+    (server,) = read.server_views
+    assert server.num_replicas == 2 and server.generated_tokens == pytest.approx(sum(tokens))
+    assert server.mean_running == pytest.approx(sum(v.mean_running or 0 for _, v in views))
+    assert "2 replicas summed" in result.stdout and "share of tokens" in result.stdout
     assert not is_running(details["router"]["pid"])
     assert not any(is_running(r["details"]["pid"]) for r in replicas)
 
