@@ -149,7 +149,8 @@ def _operating_line(best: CostResult, resolved: ResolvedPricing, slo: LatencyLim
         spread = f", {low:.2f} to {high:.2f} in {point.num_repeats} repeats (95 % interval)"
     skipped = f" {point.skipped[0].upper()}{point.skipped[1:]}." if point.skipped else ""
     return (f"{best.engine} meets the SLO ({slo.describe(target)}) up to {point.request_per_s:.2f} requests/s "
-            f"per replica{spread} ({point.output_tokens_per_s:,.0f} output tokens/s, load {point.load:.3g}, at "
+            f"per replica{spread} (its steady window's {point.output_tokens_per_s:,.0f} output tokens/s over "
+            f"{best.osl:,.0f} output tokens a request, load {point.load:.3g}, at "
             f"{point.level}; limited by {point.limited_by}): {usd(best.usd_per_request)} per request on "
             f"{resolved.assumptions.gpus_per_replica} x {resolved.gpu_label}.{skipped}")
 

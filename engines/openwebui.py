@@ -108,14 +108,24 @@ def ui_environment(engine: Endpoint, root: str, data_dir: Path, secret_key: str)
 def _credentials(data_dir: Path) -> dict[str, str]:
     """This data directory's admin password and secret key, made at its first start (mode 0600)."""
     path = data_dir / CREDENTIALS
+    private_directory(data_dir)
     if path.is_file():
         return dict(json.loads(path.read_text()))
-    data_dir.mkdir(parents=True, exist_ok=True)
     saved = {"email": ADMIN_EMAIL, "password": secrets.token_urlsafe(12), "secret_key": secrets.token_hex(32)}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(saved, f)
     return saved
+
+
+def private_directory(data_dir: Path) -> None:
+    """The UI's data directory (accounts, API keys, chats) its owner's only: 0700, and the files already in it
+    0600 (one made before this rule, or by another tool); what the UI makes from now on is private by umask."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+    for path in data_dir.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o700 if path.is_dir() else 0o600)
 
 
 def sign_in(root: str, saved: dict[str, str], timeout_s: float = 30.0) -> UiAccount:
@@ -166,7 +176,7 @@ def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int 
                                "--ui-port") from None
     spec = ProcessSpec("open-webui", [executable, "serve", "--host", "127.0.0.1", "--port", str(port)],
                        [root + "/health"], env=ui_environment(engine, root, data_dir, saved["secret_key"]),
-                       ready_timeout_s=ready_timeout_s)
+                       ready_timeout_s=ready_timeout_s, private=True)
     with run_process(spec, log_dir / UI_LOG) as started:
         account = sign_in(root, saved)
         os.environ[UI_KEY_ENV] = account.api_key  # read by name when requests are sent, like any API key

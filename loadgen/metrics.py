@@ -78,10 +78,12 @@ def summarize(
 def summarize_columns(
     c: LevelColumns, slo: SLO | None = None, client: ClientCheck | None = None, network: ConnectProbe | None = None,
     workers: Sequence[WorkerRun] = (), machine: MachineLoad | None = None,
+    ran: tuple[float, float | None] | None = None,
 ) -> LevelSummary:
     """Summarize one level's measured requests, held as columns (`loadgen.columns`). A level split across
     client processes (`workers`) is judged by each process's own check; what else the machine did meanwhile
-    (`machine`) is noted above a share of a core."""
+    (`machine`) is noted above a share of a core, and a level that ran well past its --duration (`ran`: its
+    wall seconds and the duration it was given) says so."""
     if workers:
         client = worst_check([w.client for w in workers])
     n = len(c)
@@ -108,8 +110,20 @@ def summarize_columns(
         start, end, _ = _steady_window(c, kind, ended)
         summary = replace(summary, sessions=session_figures(c, first, (start, end)))
     reasons = _invalid_reasons(summary, workers)
-    notes = _worker_notes(workers) + machine_notes(machine)
+    notes = _worker_notes(workers) + machine_notes(machine) + overrun_notes(ran)
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=notes)
+
+
+OVERRUN_SHARE = 0.10  # a level that ran past its --duration by more than this share of it says so
+
+
+def overrun_notes(ran: tuple[float, float | None] | None) -> list[str]:
+    """A level whose requests in flight at the end of its --duration took long to finish: its real length."""
+    if ran is None or ran[1] is None or ran[0] <= ran[1] * (1 + OVERRUN_SHARE):
+        return []
+    wall_s, duration_s = ran
+    return [f"ran {wall_s:,.0f} s, not {duration_s:g} s: {wall_s - duration_s:,.0f} s finishing the requests in flight "
+            "(rates are from its steady window)"]
 
 
 def _request_counts(c: LevelColumns) -> RequestCounts:

@@ -198,7 +198,8 @@ def _merged(level: Level, started_at: float, measured_at: float, runs: list[Leve
     return LevelRun(level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at,
                     wall_s=max(run.wall_s for run in runs), num_records=sum(run.num_records for run in runs),
                     num_warmup=sum(run.num_warmup for run in runs), client=worst_check([run.client for run in runs]),
-                    measured_at_unix_s=measured_at, network=runs[0].network, workers=parts)
+                    measured_at_unix_s=measured_at, network=runs[0].network, workers=parts,
+                    duration_s=runs[0].duration_s)
 
 
 def measure_offset(workers: Workers, index: int, pings: int = CLOCK_PINGS) -> ClockOffset:

@@ -67,6 +67,7 @@ class LevelRun:
     network: ConnectProbe | None = None  # TCP connect and TLS handshake to the endpoint, probed first
     workers: list[WorkerRun] = field(default_factory=list)  # a level split across client processes: each one
     machine: MachineLoad | None = None  # what else this machine did while the level ran
+    duration_s: float | None = None  # the --duration it was given (wall_s past it: draining requests in flight)
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ async def run_level(
         level=level.label, kind=level.kind, value=level.value, started_at_unix_s=started_at, wall_s=wall_s,
         num_records=ctx.num_written - num_warmup, num_warmup=num_warmup,
         client=_client_check(lags, cpu_s, wall_s, ctx.waiting.total_s), measured_at_unix_s=measured_at,
-        network=network,
+        network=network, duration_s=bounds.duration_s,
     )
 
 

@@ -231,3 +231,24 @@ def test_bench_serve_takes_exactly_the_servers_own_flags() -> None:
         assert f"{flag} " in result.stdout, flag
     bad = bench("serve", "--max-num-seqs", "many")
     assert bad.returncode == 2 and "--max-num-seqs: invalid int value: 'many'" in bad.stderr
+
+
+def test_a_level_that_runs_well_past_its_duration_finishing_requests_says_its_real_length(scripted, tmp_path) -> None:
+    # 40 tokens at 50 ms each: a request takes 2 s, so a 1 s level waits about 2 s more for those in flight
+    scripted.set_script(ttft_ms=10, itl_ms=50)
+    result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "2", "--duration", "1", "--output-tokens", "40",
+                               "--no-report"))
+    assert result.returncode == 0, result.stderr
+    (summary,) = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    (note,) = [n for n in summary["notes"] if n.startswith("ran ")]
+    seconds = float(note.split()[1])
+    assert seconds >= 1.9 and note.endswith("s finishing the requests in flight (rates are from its steady window)")
+    assert ", not 1 s: " in note and "finishing" in result.stdout  # the table's note column (wrapped)
+
+
+def test_a_level_within_a_tenth_of_its_duration_says_nothing_of_its_length() -> None:
+    from loadgen.metrics import overrun_notes
+
+    assert overrun_notes((10.9, 10.0)) == [] and overrun_notes((30.0, None)) == [] and overrun_notes(None) == []
+    assert overrun_notes((130.0, 20.0)) == ["ran 130 s, not 20 s: 110 s finishing the requests in flight (rates are "
+                                            "from its steady window)"]

@@ -5,9 +5,10 @@
 GET /health; POST /api/v1/auths/signin (401 until signed up), /api/v1/auths/signup (the first user is
 admin), /api/v1/auths/api_key (Bearer session token); GET /api/models and /api/v1/models (asked of the
 engine at OPENAI_API_BASE_URL, Bearer API key); POST /api/v1/chat/completions, streamed through from the
-engine chunk by chunk; GET /api/version. It serves no browser page. At start it writes the environment it
-was given (names and values, less the secret key) to `$STANDIN_OPENWEBUI_ENV`, so tests can see how it was
-configured. The real Open WebUI is several GB and takes 20 s to start: it runs in `pytest -m openwebui`.
+engine chunk by chunk; GET /api/version. It serves no browser page; it makes `webui.db` in DATA_DIR. At
+start it writes the environment it was given (names and values, less the secret key) to
+`$STANDIN_OPENWEBUI_ENV`, so tests can see how it was configured. The real Open WebUI is several GB and
+takes 20 s to start: it runs in `pytest -m openwebui`.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def main(argv: list[str]) -> int:
         given = {k: v for k, v in os.environ.items() if k != "WEBUI_SECRET_KEY"}
         with open(path, "w") as f:
             json.dump({"argv": argv, "env": given}, f)
+    # Its database, made as SQLite makes one (mode 0666 less the umask), where Open WebUI keeps it.
+    with open(os.path.join(os.environ["DATA_DIR"], "webui.db"), "a"):
+        pass
     web.run_app(make_app(), host=args.host, port=args.port, print=None)
     return 0
 

@@ -56,9 +56,13 @@ def test_the_ui_starts_offline_in_front_of_the_engine_signs_in_and_stops(standin
         pid = ui.started.pid
     assert not is_running(pid) and UI_KEY_ENV not in os.environ
     assert (data / CREDENTIALS).stat().st_mode & 0o777 == 0o600  # the admin's password, its owner's only
+    assert (data / "webui.db").stat().st_mode & 0o777 == 0o600  # its accounts and keys, made under umask 077
+    assert data.stat().st_mode & 0o777 == 0o700
+    (data / "webui.db").chmod(0o644)  # made before this rule, or by another tool: private again at the next start
     # A second start on the same data directory signs in as the same admin.
     with launch_openwebui(tmp_path, engine, data) as again:
         assert again.account.email == ui.account.email and again.account.password == ui.account.password
+        assert (data / "webui.db").stat().st_mode & 0o777 == 0o600
 
 
 def test_through_ui_measures_direct_and_through_the_ui_side_by_side(standin_ui, scripted, tmp_path) -> None:
@@ -119,6 +123,22 @@ def test_the_ui_is_the_bottleneck_at_the_first_level_it_keeps_too_little_of() ->
     assert limited[0].ttft_added_ms == 5.0 and limited[0].itl_added_ms == 0.5
 
 
+def test_a_ratio_whose_interval_holds_1_is_within_noise_and_one_below_1_is_the_bottleneck() -> None:
+    # The issue's pair: 12 requests through the UI against 13 direct in 15 s, 97.1 vs 108.5 tokens/s: ratio 0.895;
+    # the log ratio's standard error sqrt(1/12 + 1/13) = 0.4003, so 0.895 x exp(-/+1.96 x 0.4003) = 0.41 to 1.96.
+    noisy = UiLevel("c1", 1, 100.0, 110.0, 20.0, 21.0, 108.5, 97.1, requests_direct=13, requests_ui=12)
+    low, high = noisy.share_interval  # type: ignore[misc]
+    assert (round(low, 2), round(high, 2)) == (0.41, 1.96) and not noisy.is_bottleneck
+    assert bottleneck_sentence([noisy]) == (
+        "Open WebUI is not shown to be the bottleneck: at c1 within noise (ratio 0.89, interval 0.41-1.96, 12 "
+        "against 13 requests): repeat, or lengthen --duration, to tell")
+    # 200 against 400 requests: 0.5 x exp(-/+1.96 x sqrt(1/400 + 1/200)) = 0.42 to 0.59, below 1
+    clear = UiLevel("c32", 32, 100.0, 300.0, 20.0, 40.0, 1000.0, 500.0, requests_direct=400, requests_ui=200)
+    assert clear.is_bottleneck and bottleneck([noisy, clear]) == clear
+    assert bottleneck_sentence([noisy, clear]) == ("Open WebUI becomes the bottleneck at c32: 50% of the direct "
+                                                   "output tokens/s, 95 % interval 42%-59% (500.0 vs 1000.0)")
+
+
 @pytest.mark.openwebui
 def test_the_real_open_webui_answers_in_its_page_and_the_report_shows_it(tmp_path) -> None:
     """The real Open WebUI ($BENCH_OPENWEBUI) in front of the reference engine, its page driven in headless
@@ -151,12 +171,15 @@ def test_bench_serve_ui_prints_where_and_how_to_sign_in_and_stops_both(standin_u
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert process.stdout is not None
-        engine_line, ui_line = process.stdout.readline(), process.stdout.readline()
+        engine_line, ui_line, data_line = (process.stdout.readline() for _ in range(3))
         engine_url = re.search(r"reference engine at (http://127\.0\.0\.1:\d+/v1)", engine_line)
         assert engine_url, engine_line
         assert f"Open WebUI {standin_openwebui.VERSION} at http://127.0.0.1:{ui_port}: sign in as bench@localhost " \
                "with password " in ui_line, ui_line
         password = re.search(r"with password (\S+) ", ui_line).group(1)  # type: ignore[union-attr]
+        data = tmp_path / "ui-data"
+        assert f"Open WebUI's data (accounts, API keys, chats) stays in {data}, its owner's only (0700)" in data_line
+        assert f"remove it with: rm -rf {data}" in data_line and data.stat().st_mode & 0o777 == 0o700
         saved = json.loads((tmp_path / "ui-data" / CREDENTIALS).read_text())
         assert saved["password"] == password
         signed_in = httpx.post(f"http://127.0.0.1:{ui_port}/api/v1/auths/signin",
@@ -164,7 +187,17 @@ def test_bench_serve_ui_prints_where_and_how_to_sign_in_and_stops_both(standin_u
         assert signed_in.status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        rest, _ = process.communicate(timeout=60)
+    assert f"stopped; Open WebUI's data (accounts, API keys, chats) stays in {tmp_path / 'ui-data'}" in rest
     for url in (f"http://127.0.0.1:{ui_port}/health", engine_url.group(1) + "/models"):
         with pytest.raises(httpx.ConnectError):
             httpx.get(url, timeout=2)
+
+
+def test_a_label_through_the_ui_gives_the_engines_version_and_the_uis_own() -> None:
+    from bench.run.runinfo import EngineDetails, EngineRecord, UiRecord
+
+    through = EngineRecord(name="reference via Open WebUI", version="0.1.0",
+                           details=EngineDetails(ui=UiRecord(name="Open WebUI", version="0.12.4")))
+    assert through.label == "reference 0.1.0 via Open WebUI 0.12.4"
+    assert EngineRecord(name="reference", version="0.1.0").label == "reference 0.1.0"
