@@ -48,6 +48,7 @@ class EngineFile(BaseModel):
     ready_timeout_s: float = Field(default=1800.0, gt=0)
     replicas: int = Field(default=1, ge=1)  # > 1: that many replicas behind vllm-router (local engines)
     router_policy: str = "round_robin"
+    router_args: dict[str, str | int | float | bool] = Field(default_factory=dict)  # vllm-router's own flags
     replica_metrics: list[str] = Field(default_factory=list)  # an endpoint's pods: each one's /metrics, sampled
     ui: bool = False  # Open WebUI in front: the load goes through its chat API
     ui_python: str | None = None  # the Python of Open WebUI's own environment (else $BENCH_OPENWEBUI)

@@ -192,7 +192,8 @@ def _through_ui(o: EngineFile) -> Launcher:
 def _replicated(o: EngineFile) -> Launcher:
     """N replicas of a local engine behind vllm-router: each replica on a free port, the router on --port."""
     from engines.budget import ReplicaBudget
-    from engines.replicas import budgeted, check_replicas, launch_replicas
+    from engines.launch import EngineStartError
+    from engines.replicas import budgeted, check_replicas, launch_replicas, router_flags
 
     if o.engine not in REPLICABLE:
         raise EngineError(f"--replicas {o.replicas}: only local engines ({', '.join(REPLICABLE)}) are launched as "
@@ -211,4 +212,11 @@ def _replicated(o: EngineFile) -> Launcher:
                             o.cpus)
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    return lambda run_dir: launch_replicas(replicas, run_dir, o.router_policy, o.port, min(o.ready_timeout_s, 120.0))
+    router_args = {key: str(value).lower() if isinstance(value, bool) else str(value)
+                   for key, value in o.router_args.items()}
+    try:
+        router_flags(router_args)  # a flag bench sets itself is refused now, before anything starts
+    except EngineStartError as exc:
+        raise EngineError(str(exc)) from None
+    return lambda run_dir: launch_replicas(replicas, run_dir, o.router_policy, o.port, min(o.ready_timeout_s, 120.0),
+                                           router_args)

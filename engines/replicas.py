@@ -60,10 +60,13 @@ def budgeted(make: Callable[[ReplicaBudget], Launcher], count: int, gpus_per_rep
 
 @contextmanager
 def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir: Path, policy: str = "round_robin",
-                    port: int | None = None, ready_timeout_s: float = 120.0) -> Iterator[tuple[Endpoint, EngineInfo]]:
-    """Each replica (a launcher on a free port, within its budget), then the router in front of them."""
+                    port: int | None = None, ready_timeout_s: float = 120.0,
+                    router_args: dict[str, str] | None = None) -> Iterator[tuple[Endpoint, EngineInfo]]:
+    """Each replica (a launcher on a free port, within its budget), then the router in front of them, given
+    `router_args` as its own flags (`balance-abs-threshold=4` -> `--balance-abs-threshold 4`)."""
     count = len(replicas)
     check_replicas(count, policy)
+    extra = router_flags(router_args or {})
     router = find_router()
     with ExitStack() as stack:
         running = []
@@ -74,11 +77,11 @@ def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir:
         port, root = local_port(port)
         roots = [endpoint.base_url.removesuffix("/v1") for endpoint, _ in running]
         command = [router, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *roots, "--policy", policy,
-                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(local_port(None)[0])]
+                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(local_port(None)[0]), *extra]
         spec = ProcessSpec("vllm-router", command, [root + "/v1/models"], ready_timeout_s=ready_timeout_s)
         started = stack.enter_context(run_process(spec, run_dir / ENGINE_LOG))
         first = running[0][1]
-        details = {"router": {"command": command, "policy": policy, "pid": started.pid,
+        details = {"router": {"command": command, "policy": policy, "args": dict(router_args or {}), "pid": started.pid,
                               "time_to_ready_s": round(started.time_to_ready_s, 3)},
                    "replicas": [{"base_url": endpoint.base_url, "metrics_url": _metrics_url(endpoint.base_url),
                                  **asdict(info), "budget": budget.as_record(), "budget_text": budget.describe()}
@@ -86,6 +89,20 @@ def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir:
         info = EngineInfo(name=f"{first.name} x{count}", model=first.model, version=first.version,
                           launched_by="bench", details=details)
         yield Endpoint(root + "/v1", first.model), info
+
+
+RESERVED_ROUTER_FLAGS = ("host", "port", "worker-urls", "policy", "prometheus-host", "prometheus-port")
+
+
+def router_flags(args: dict[str, str]) -> list[str]:
+    """`{"balance-abs-threshold": "4"}` -> `--balance-abs-threshold 4`; what the launcher sets itself is refused."""
+    flags = []
+    for key, value in args.items():
+        name = key.removeprefix("--").replace("_", "-")
+        if name in RESERVED_ROUTER_FLAGS:
+            raise EngineStartError(f"--router-arg {key}: set by bench itself (use --router-policy or --port)")
+        flags += [f"--{name}", value]
+    return flags
 
 
 def replica_metrics_urls(info: EngineInfo) -> list[str]:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,3 +24,22 @@ def scripted(_scripted_server_process: ScriptedServer) -> ScriptedServer:
     """The scripted server, reset to its default script (TTFT 100 ms, 20 ms per token, no faults)."""
     _scripted_server_process.set_script()
     return _scripted_server_process
+
+
+@pytest.fixture
+def cli() -> Iterator[Callable[..., Any]]:
+    """`bench` run in this process (typer's CliRunner): for refusals that come before anything starts, without
+    a Python start-up each. The stop-signal handlers a command installs are put back afterwards."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from bench.commands.cli import app
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    runner = CliRunner()
+    try:
+        yield lambda *args, env=None: runner.invoke(app, list(args), env=env)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

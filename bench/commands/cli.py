@@ -245,6 +245,8 @@ def _add_stack_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
     parser.add_argument("--router-policy", default="round_robin",
                         help="the router's policy with --replicas: round_robin (default), cache_aware, power_of_two, "
                              "random, consistent_hash")
+    parser.add_argument("--router-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to vllm-router as --KEY VALUE (repeatable), e.g. balance-abs-threshold=4")
     parser.add_argument("--ui", action="store_true", help="Open WebUI in front of the engine")
     parser.add_argument("--ui-port", type=int, default=8080, help="the UI's port (default 8080)")
     parser.add_argument("--ui-python", help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
@@ -270,7 +272,7 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
 
     from engines.launch import EngineStartError
     from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
-    from engines.process import launch_reference_argv
+    from engines.process import launch_reference_argv, parse_engine_args
     from engines.replicas import budgeted, launch_replicas
 
     logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -283,8 +285,9 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
                 argv = _without(argv, "--port", "--host")
                 replicas = budgeted(lambda budget: lambda run_dir: launch_reference_argv(
                     run_dir, argv, env=budget.env(), cpus=budget.cpus), stack.replicas)
-                endpoint, info = running.enter_context(launch_replicas(replicas, logs, stack.router_policy,
-                                                                       engine_port))
+                endpoint, info = running.enter_context(launch_replicas(
+                    replicas, logs, stack.router_policy, engine_port,
+                    router_args=dict(parse_engine_args(stack.router_arg))))
                 urls = ", ".join(r["base_url"] for r in info.details["replicas"])
                 console.print(f"{info.name} behind vllm-router ({stack.router_policy}) at {endpoint.base_url} "
                               f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)

@@ -37,6 +37,9 @@ class MeasureFlags:
                                         "vllm-router; or $BENCH_VLLM_ROUTER).")
     router_policy: str | None = option(None, "The router's policy with --replicas: round_robin (default), "
                                              "cache_aware, power_of_two, random, consistent_hash.")
+    router_arg: list[str] | None = option(None, "KEY=VALUE passed to vllm-router as --KEY VALUE (repeatable), e.g. "
+                                                "balance-abs-threshold=4: cache_aware balances by load only past "
+                                                "its thresholds (64 requests apart and 1.5x, by default).")
     replica_metrics: str | None = option(None, "--engine endpoint behind a gateway: URL,... of each replica (pod) "
                                                "whose Prometheus /metrics to sample, e.g. "
                                                "http://10.0.0.7:8000/metrics.")

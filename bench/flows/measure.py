@@ -77,6 +77,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     specs = [EngineFile(engine=kind, model=flags.model, base_url=flags.base_url, api_key_env=flags.api_key_env,
                         port=flags.port, args=parse_engine_args(flags.engine_arg or []), replicas=replicas,
                         router_policy=flags.router_policy or "round_robin",
+                        router_args=parse_engine_args(flags.router_arg or []),
                         replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
     if through_ui:  # each engine direct first, then with the UI in front: the same workload both ways

@@ -45,6 +45,7 @@ class RouterRecord:
     pid: int | None = None
     time_to_ready_s: float | None = None
     command: list[str] = field(default_factory=list)
+    args: dict[str, str] = field(default_factory=dict)  # its own flags given with --router-arg
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def test_the_pareto_front_keeps_only_points_no_other_beats_on_both_axes() -> Non
     assert pareto_front(points) == [("a", 10, 100), ("b", 20, 90), ("c", 30, 60), ("a", 50, 40)]
 
 
-def test_bad_tune_flags_are_one_line_errors(tmp_path: Path) -> None:
+def test_bad_tune_flags_are_one_line_errors(cli, tmp_path: Path) -> None:
     base = ["tune", "--out", str(tmp_path)]
     for flags, message in ((["--grid", "max-num-seqs="], "--grid max-num-seqs=: expected KEY=V1,V2"),
                            ([], "give --grid KEY=V1,V2 (repeatable) or --configs FILE"),
@@ -102,8 +102,8 @@ def test_bad_tune_flags_are_one_line_errors(tmp_path: Path) -> None:
                            (["--configs", str(tmp_path / "none.yaml")], "none.yaml: no such file"),
                            (["--grid", "a=1", "--through-ui"], "would add engines of their own"),
                            (["--grid", "a=1", "--engine", "openwebui"], "would add engines of their own")):
-        outcome = bench(*base, *flags)
-        assert outcome.returncode == 2 and message in outcome.stderr, outcome.stderr
+        outcome = cli(*base, *flags)
+        assert outcome.exit_code == 2 and message in outcome.stderr, outcome.stderr
         assert len(outcome.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("tune-*/*-chat"))  # nothing was measured
 

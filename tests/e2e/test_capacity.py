@@ -89,7 +89,7 @@ def test_a_sweep_with_repeats_runs_its_levels_in_rounds(scripted, tmp_path) -> N
     assert "levels measured more than once" in result.stdout
 
 
-def test_bad_capacity_flags_are_one_line_errors_naming_what_to_change(tmp_path) -> None:
+def test_bad_capacity_flags_are_one_line_errors_naming_what_to_change(cli, tmp_path) -> None:
     base = ["capacity", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
             "--out", str(tmp_path)]
     for flags, message in ((["--slo", "ttft_p99_ms=500"], "--slo ttft_p99_ms=500: unknown target 'ttft_p99_ms'; "
@@ -98,6 +98,6 @@ def test_bad_capacity_flags_are_one_line_errors_naming_what_to_change(tmp_path) 
                            (["--tolerance", "0"], "--tolerance 0: expected a share between 0 and 1"),
                            (["--tolerance", "1"], "--tolerance 1: expected a share between 0 and 1"),
                            (["--attainment", "1.5"], "--attainment 1.5: expected a share in (0, 1]")):
-        result = bench(*base, *flags)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
+        result = cli(*base, *flags)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1

@@ -49,17 +49,19 @@ def test_two_replicas_behind_the_router_are_measured_and_each_is_sampled(tmp_pat
     assert not any(is_running(r["details"]["pid"]) for r in replicas)
 
 
-def test_bad_replica_flags_are_one_line_errors_naming_what_to_change(tmp_path) -> None:
+def test_bad_replica_flags_are_one_line_errors_naming_what_to_change(cli, tmp_path) -> None:
     base = ["sweep", "--requests", "1", "--out", str(tmp_path)]
-    zero = bench(*base, "--replicas", "0")
-    assert zero.returncode != 0 and "--replicas 0: expected a whole number >= 1" in zero.stderr
-    policy = bench(*base, "--replicas", "2", "--router-policy", "fastest")
-    assert policy.returncode != 0 and "--router-policy fastest: choose one of round_robin" in policy.stderr
-    endpoint = bench(*base, "--replicas", "2", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1",
-                     "--model", "m")
-    assert endpoint.returncode != 0 and "only local engines" in endpoint.stderr
-    missing = bench(*base, "--replicas", "2", "--model", "dummy:tiny", env={"BENCH_VLLM_ROUTER": "/no/such/router"})
-    assert missing.returncode != 0 and "BENCH_VLLM_ROUTER=/no/such/router is not an executable" in missing.stderr
+    zero = cli(*base, "--replicas", "0")
+    assert zero.exit_code != 0 and "--replicas 0: expected a whole number >= 1" in zero.stderr
+    policy = cli(*base, "--replicas", "2", "--router-policy", "fastest")
+    assert policy.exit_code != 0 and "--router-policy fastest: choose one of round_robin" in policy.stderr
+    endpoint = cli(*base, "--replicas", "2", "--engine", "endpoint", "--base-url", "http://127.0.0.1:9/v1",
+                   "--model", "m")
+    assert endpoint.exit_code != 0 and "only local engines" in endpoint.stderr
+    missing = cli(*base, "--replicas", "2", "--model", "dummy:tiny", env={"BENCH_VLLM_ROUTER": "/no/such/router"})
+    assert missing.exit_code != 0 and "BENCH_VLLM_ROUTER=/no/such/router is not an executable" in missing.stderr
+    router_flag = cli(*base, "--replicas", "2", "--model", "dummy:tiny", "--router-arg", "port=9")
+    assert router_flag.exit_code != 0 and "--router-arg port: set by bench itself" in router_flag.stderr
     assert not list(tmp_path.glob("*/replica-*/engine.log"))  # the router was looked for before any replica started
 
 
@@ -153,3 +155,38 @@ def test_replica_metrics_are_checked_before_anything_is_sent(scripted, tmp_path)
     local = bench(*base, "--replica-metrics", "http://127.0.0.1:9/metrics")
     assert local.returncode != 0 and "--replica-metrics is for --engine endpoint" in local.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_cache_aware_sends_a_group_back_to_the_replica_that_holds_its_prefix(tmp_path) -> None:
+    """Checked, not trusted: a group's second and third requests go where its first went (and where the
+    router's thresholds say it balances by load instead, they are passed and recorded)."""
+    import httpx
+
+    from engines.engine_file import EngineFile
+    from engines.registry import make_launcher
+    from loadgen.telemetry import parse_metrics
+
+    spec = EngineFile(engine="reference", model="dummy:tiny", replicas=2, router_policy="cache_aware",
+                      router_args={"balance-abs-threshold": 8})
+    with make_launcher(spec)(tmp_path) as (endpoint, info):
+        roots = [r["base_url"].removesuffix("/v1") for r in info.details["replicas"]]
+
+        def lookups() -> list[float]:
+            return [parse_metrics(httpx.get(root + "/metrics").text).get("prefix_cache_queries_total", 0.0)
+                    for root in roots]
+
+        def replica_of(text: str) -> int:
+            before = lookups()
+            answer = httpx.post(endpoint.base_url + "/chat/completions", timeout=60, json={
+                "model": endpoint.model, "messages": [{"role": "user", "content": text}], "max_tokens": 2})
+            assert answer.status_code == 200, answer.text
+            (where,) = [i for i, (a, b) in enumerate(zip(lookups(), before, strict=True)) if a > b]
+            return where
+
+        group = " ".join(f"alpha{i}" for i in range(300))
+        first = replica_of(group + " first question")
+        assert replica_of(group + " second question") == first
+        assert replica_of(group + " a third") == first
+        command = info.details["router"]["command"]
+    assert command[command.index("--balance-abs-threshold") + 1] == "8"
+    assert info.details["router"]["args"] == {"balance-abs-threshold": "8"}
