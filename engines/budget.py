@@ -3,7 +3,8 @@ threads as cores) and its own GPUs.
 
 Replicas left to themselves each start PyTorch (or OpenMP, or llama.cpp) with a thread per core of the whole
 machine, and two of them on two cores fight over both: on this project's 2-core machine two replicas gave
-0.28x one engine's tokens/s. Given a budget each, they give about what one engine does.
+0.28x one engine's tokens/s (issue 30's measurement). Given a budget each, they gave 1.04x (median of 3,
+benchmarks/replicas_vs_one.py).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class BenchConsole(Console):
 
     @property
     def piped_default(self) -> bool:
-        return output_width() == PIPED_WIDTH and not os.environ.get("COLUMNS")
+        return output_width() == PIPED_WIDTH and not sys.stdout.isatty() and "COLUMNS" not in os.environ
 
 
 console = BenchConsole(width=output_width())
