@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import asdict
 
@@ -53,7 +54,8 @@ def test_a_sweep_of_conversations_hits_the_prefix_cache_on_later_turns(tmp_path)
     assert summary["mean_cached_tokens"] == sum(r["cached_tokens"] for r in measured) / len(measured)
     later_ttfts = [r["chunk_times_s"][0] * 1000 for r in later]
     assert summary["ttft_ms_later_turns"] == asdict(Distribution.of(later_ttfts))
-    assert "later turns" in result.stdout
+    # the note column wraps where the row's other notes (a busy machine's) make it long: read it unwrapped
+    assert "later turns" in re.sub(r"[│\s]+", " ", result.stdout)
 
 
 def test_conversations_refuse_an_arrival_rate(tmp_path) -> None:
