@@ -75,7 +75,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return ()
         # The last token is always computed: the model needs its logits.
-        return self.prefix_cache.match(seq.token_ids, (seq.num_tokens - 1) // self.block_size)
+        return self.prefix_cache.match(seq.token_ids, (seq.num_tokens - 1) // self.block_size, seq.adapter)
 
     def _num_blocks_to_take(self, seq: Sequence, hits: tuple[int, ...]) -> int:
         num_revived = sum(1 for block_id in hits if self._ref_counts[block_id] == 0)
@@ -146,7 +146,7 @@ class BlockManager:
         start = index * self.block_size
         parent_block_id = seq.block_table[index - 1] if index > 0 else None
         tokens = seq.token_ids[start : start + self.block_size]
-        self.prefix_cache.register(seq.block_table[index], tokens, parent_block_id)
+        self.prefix_cache.register(seq.block_table[index], tokens, parent_block_id, seq.adapter)
 
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's references; its K/V are gone (num_computed_tokens = 0).

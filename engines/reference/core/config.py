@@ -47,6 +47,7 @@ class EngineConfig:
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes.
     max_num_waiting: bound of the waiting queue; beyond it the server answers 503.
     max_model_len: longest sequence (prompt + output) in tokens; the cache must hold one.
+    max_loras: distinct LoRA adapters in one batch (vLLM's --max-loras); a request of another adapter waits.
     """
 
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -57,6 +58,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     max_num_waiting: int = 1024
     max_model_len: int = 4096
+    max_loras: int = 1
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -65,6 +67,7 @@ class EngineConfig:
         _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _require_int("max_num_waiting", self.max_num_waiting, 0)
         _require_int("max_model_len", self.max_model_len, 1)
+        _require_int("max_loras", self.max_loras, 1)
         if self.batching not in BATCHING_MODES:
             raise ConfigError(f"batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
         if not isinstance(self.enable_prefix_caching, bool):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.reference.core.config import EngineConfig
+from engines.reference.core.lora import LoraAdapter
 from engines.reference.core.memory import default_kv_cache_tokens
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.core.request_state import RequestState
@@ -72,6 +73,8 @@ class EngineStats:
     num_prompt_tokens: int  # prompts whose first token was generated
     num_generation_tokens: int
     num_requests_added: int = 0  # every request accepted; each ends finished or aborted
+    running_adapters: tuple[str, ...] = ()  # LoRA adapters of the running batch, distinct, sorted
+    waiting_adapters: tuple[str, ...] = ()  # LoRA adapters of waiting requests, distinct, sorted
 
 
 class LLMEngine:
@@ -98,6 +101,7 @@ class LLMEngine:
         kv_cache = loaded.model.allocate_kv_cache(config.num_kv_blocks, config.block_size)
         self.runner = ModelRunner(loaded.model, kv_cache, config.block_size, self.device)
         self._requests: dict[str, RequestState] = {}
+        self.adapters: dict[str, LoraAdapter] = {}  # LoRA adapters a request may name (`add_adapter`)
         self._num_prompt_tokens = 0
         self._num_generation_tokens = 0
         self._num_requests_added = 0
@@ -155,18 +159,31 @@ class LLMEngine:
                 f"{self.config.max_model_len} tokens (prompt and output together)"
             )
 
+    def add_adapter(self, adapter: LoraAdapter) -> None:
+        """Serve a LoRA adapter (loaded for this model: `loading/lora.py`); requests name it in `add_request`."""
+        if adapter.name in self.adapters or adapter.name == self.model_name:
+            raise ValueError(f"adapter name {adapter.name!r} is already served")
+        if len(adapter.layers) != len(self.loaded.model.layers):
+            raise ValueError(f"adapter {adapter.name!r} has {len(adapter.layers)} layers, the model "
+                             f"{len(self.loaded.model.layers)}")
+        self.adapters[adapter.name] = adapter
+
     def add_request(
         self,
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
         arrival_time_s: float | None = None,
+        adapter: str | None = None,
     ) -> None:
-        """Queue a request. Raises ValueError (bad prompt, id in use) or QueueFullError (queue bound)."""
+        """Queue a request (on LoRA `adapter`, by name, or the base model). Raises ValueError (bad prompt, id in
+        use, unknown adapter) or QueueFullError (queue bound)."""
         self.check_prompt(prompt_token_ids)
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        seq = Sequence(request_id, prompt_token_ids, sampling_params=params)
+        if adapter is not None and adapter not in self.adapters:
+            raise ValueError(f"adapter {adapter!r} is not served (served: {', '.join(self.adapters) or 'none'})")
+        seq = Sequence(request_id, prompt_token_ids, sampling_params=params, adapter=adapter)
         self.scheduler.add(seq)
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos and self.tokenizer is not None:
@@ -205,10 +222,12 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        adapters = self.adapters
         items = [
-            BatchItem(entry.seq.token_ids, entry.seq.num_computed_tokens, entry.num_new_tokens, entry.seq.block_table)
+            BatchItem(entry.seq.token_ids, entry.seq.num_computed_tokens, entry.num_new_tokens, entry.seq.block_table,
+                      adapters[entry.seq.adapter] if entry.seq.adapter is not None else None)
             for entry in out.scheduled
-        ]
+        ]  # fmt: skip
         logits = self.runner.run(items)  # (len(items), vocab)
         sampled = self._sample(out, logits)
         now = time.monotonic()
@@ -260,6 +279,12 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         manager = self.scheduler.block_manager
+        scheduler = self.scheduler
+        running: tuple[str, ...] = ()
+        waiting: tuple[str, ...] = ()
+        if self.adapters:
+            running = tuple(sorted(scheduler.running_adapters()))
+            waiting = tuple(sorted({seq.adapter for seq in scheduler.waiting if seq.adapter is not None}))
         return EngineStats(
             num_running=self.scheduler.num_running,
             num_waiting=self.scheduler.num_waiting,
@@ -272,5 +297,7 @@ class LLMEngine:
             num_prompt_tokens=self._num_prompt_tokens,
             num_generation_tokens=self._num_generation_tokens,
             num_requests_added=self._num_requests_added,
+            running_adapters=running,
+            waiting_adapters=waiting,
         )
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from engines.reference.core.attention import AttentionMetadata, AttentionPlan, KVCache, paged_attention
 from engines.reference.core.dense import PackedWeight, dense_linear, pack
+from engines.reference.core.lora import LoraBatch
 from engines.reference.core.quant import HEAD_MAX_ROWS, QuantizedWeight, quantize
 
 __all__ = ["AttentionMetadata", "KVCache", "LlamaModel", "ModelConfig", "RopeScaling"]
@@ -144,10 +145,11 @@ PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 class DecoderLayer(nn.Module):
     """Pre-norm attention block and pre-norm SwiGLU block, each with a residual connection."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device | str, index: int = 0) -> None:
         super().__init__()
         hidden, inter = config.hidden_size, config.intermediate_size
         self.config = config
+        self.index = index  # the layer's place in the model: an adapter's deltas are found by it
         self.input_norm = _empty(hidden, dtype=dtype, device=device)
         self.qkv_proj = _empty(config.q_size + 2 * config.kv_size, hidden, dtype=dtype, device=device)
         self.o_proj = _empty(hidden, config.q_size, dtype=dtype, device=device)
@@ -162,18 +164,24 @@ class DecoderLayer(nn.Module):
         plan: AttentionPlan,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
+        lora: LoraBatch | None = None,
     ) -> torch.Tensor:
         cfg = self.config
         num_tokens = h.shape[0]
-        qkv = linear(rms_norm(h, self.input_norm, cfg.rms_norm_eps), self.qkv_proj)  # (T, q + 2 kv)
+
+        def project(x: torch.Tensor, name: str) -> torch.Tensor:
+            out = linear(x, getattr(self, name))
+            return out if lora is None else lora.add_deltas(out, x, self.index, name)
+
+        qkv = project(rms_norm(h, self.input_norm, cfg.rms_norm_eps), "qkv_proj")  # (T, q + 2 kv)
         num_qk_heads = cfg.num_heads + cfg.num_kv_heads
         qk = apply_rope(qkv[:, : cfg.q_size + cfg.kv_size].view(num_tokens, num_qk_heads, cfg.head_dim), *rope)
         q, k = qk.split([cfg.num_heads, cfg.num_kv_heads], dim=1)  # (T, nh, hd), (T, n_kv, hd)
         v = qkv[:, cfg.q_size + cfg.kv_size :].view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, k_cache, v_cache, plan)  # (T, nh, hd)
-        h = h + linear(attn.reshape(num_tokens, cfg.q_size), self.o_proj)
-        gate, up = linear(rms_norm(h, self.post_norm, cfg.rms_norm_eps), self.gate_up_proj).chunk(2, dim=-1)
-        return h + linear(F.silu(gate) * up, self.down_proj)
+        h = h + project(attn.reshape(num_tokens, cfg.q_size), "o_proj")
+        gate, up = project(rms_norm(h, self.post_norm, cfg.rms_norm_eps), "gate_up_proj").chunk(2, dim=-1)
+        return h + project(F.silu(gate) * up, "down_proj")
 
 
 class LlamaModel(nn.Module):
@@ -187,7 +195,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = _empty(config.vocab_size, config.hidden_size, dtype=dtype, device=device)
-        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device, i) for i in range(config.num_layers))
         self.norm = _empty(config.hidden_size, dtype=dtype, device=device)
         self.lm_head = None
         if not config.tie_word_embeddings:
@@ -247,13 +255,16 @@ class LlamaModel(nn.Module):
         sin_signed = torch.cat([-sin, sin], dim=-1)
         return cos.to(self.dtype).unsqueeze(1), sin_signed.to(self.dtype).unsqueeze(1)
 
-    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_cache: KVCache) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_cache: KVCache, lora: LoraBatch | None = None
+    ) -> torch.Tensor:
+        """Logits of each sequence's last new token; `lora` adds adapters' deltas to their own rows."""
         device = self.device
         plan = AttentionPlan.build(meta, kv_cache.block_size, device, self.dtype)
         rope = self.rope_tables(meta.positions)
         h = F.embedding(input_ids.to(device), self.embed_tokens)  # (T, hidden)
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
-            h = layer(h, rope, plan, k_cache, v_cache)
+            h = layer(h, rope, plan, k_cache, v_cache, lora)
         h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
         return linear(h, self.head_weight).float()  # (S, vocab)
 

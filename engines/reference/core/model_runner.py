@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.reference.core.attention import AttentionMetadata, KVCache
+from engines.reference.core.lora import LoraAdapter, LoraBatch
 from engines.reference.core.model import LlamaModel
 
 
@@ -24,6 +25,7 @@ class BatchItem:
     num_computed_tokens: int  # already in the KV cache
     num_new_tokens: int  # computed this step
     block_table: Sequence[int]  # block ids covering at least num_computed + num_new tokens
+    adapter: LoraAdapter | None = None  # the LoRA adapter its rows run, None for the base model
 
     def __post_init__(self) -> None:
         if self.num_computed_tokens < 0 or self.num_new_tokens < 1:
@@ -82,4 +84,5 @@ class ModelRunner:
     def run(self, items: Sequence[BatchItem]) -> torch.Tensor:
         """Logits (len(items), vocab), float32, of each item's last new token."""
         input_ids, meta = self.prepare(items)
-        return self.model(input_ids, meta, self.kv_cache)
+        lora = LoraBatch.from_spans([(item.adapter, item.num_new_tokens) for item in items], self.device)
+        return self.model(input_ids, meta, self.kv_cache, lora)

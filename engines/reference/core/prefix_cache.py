@@ -3,7 +3,9 @@
 Each full block's hash is seeded by its parent block's hash, so a block is found only after an
 identical whole prefix. A hit is verified before reuse: the block's tokens must equal the query's and
 its recorded parent must be the block matched just before it (each registration gets a unique id), so
-a hash collision costs a miss, never a wrong K/V. Cached blocks whose reference count dropped to 0 stay
+a hash collision costs a miss, never a wrong K/V. A chain has a root: None for the base model, an adapter's
+name for a LoRA adapter's sequences, whose K/V differ from the base's for the same tokens; a block is found
+only under its own root. Cached blocks whose reference count dropped to 0 stay
 registered and are evicted least recently released first.
 
 This module never counts references and never allocates: the block manager tells it when a block's
@@ -27,12 +29,18 @@ def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """A registered block: its chained hash, its tokens, its unique id and its parent's id."""
+    """A registered block: its chained hash, its tokens, its unique id, its parent's id and its chain's root."""
 
     block_hash: int
     token_ids: tuple[int, ...]
     uid: int
     parent_uid: int | None
+    root: str | None = None
+
+
+def root_hash(root: str | None) -> int | None:
+    """The parent hash a chain's first block is seeded with: None for the base model."""
+    return None if root is None else hash(("adapter", root))
 
 
 class PrefixCache:
@@ -69,13 +77,13 @@ class PrefixCache:
     def is_evictable(self, block_id: int) -> bool:
         return block_id in self._evictable
 
-    def match(self, token_ids: Sequence[int], max_num_blocks: int) -> tuple[int, ...]:
-        """Block ids caching the longest verified prefix of `token_ids`, at most `max_num_blocks`.
+    def match(self, token_ids: Sequence[int], max_num_blocks: int, root: str | None = None) -> tuple[int, ...]:
+        """Block ids caching the longest verified prefix of `token_ids` under `root`, at most `max_num_blocks`.
 
         Changes nothing (not even the LRU order or the counters).
         """
         hits: list[int] = []
-        parent_hash: int | None = None
+        parent_hash = root_hash(root)
         parent_uid: int | None = None
         for start in range(0, max_num_blocks * self.block_size, self.block_size):
             tokens = tuple(token_ids[start : start + self.block_size])
@@ -86,14 +94,17 @@ class PrefixCache:
             if block_id is None:
                 break
             entry = self._entries[block_id]
-            if entry.token_ids != tokens or entry.parent_uid != parent_uid:
-                break  # a hash collision: same hash, different tokens or a different prefix
+            if entry.token_ids != tokens or entry.parent_uid != parent_uid or entry.root != root:
+                break  # a hash collision: same hash, different tokens, prefix or root
             hits.append(block_id)
             parent_hash, parent_uid = block_hash, entry.uid
         return tuple(hits)
 
-    def register(self, block_id: int, token_ids: Sequence[int], parent_block_id: int | None) -> bool:
-        """Record a full, computed block so later prompts can reuse it; True when it was registered.
+    def register(
+        self, block_id: int, token_ids: Sequence[int], parent_block_id: int | None, root: str | None = None
+    ) -> bool:
+        """Record a full, computed block of a chain under `root` so later prompts can reuse it; True when it was
+        registered.
 
         Skipped (False) when its parent is not registered or another block already holds its hash.
         Changes the hash map only; the block stays referenced by its caller.
@@ -108,10 +119,10 @@ class PrefixCache:
             parent = self._entries.get(parent_block_id)
             if parent is None:
                 return False
-        block_hash = self._hash_fn(parent.block_hash if parent else None, tokens)
+        block_hash = self._hash_fn(parent.block_hash if parent else root_hash(root), tokens)
         if block_hash in self._block_by_hash:
             return False
-        self._entries[block_id] = CacheEntry(block_hash, tokens, next(self._uids), parent.uid if parent else None)
+        self._entries[block_id] = CacheEntry(block_hash, tokens, next(self._uids), parent.uid if parent else None, root)
         self._block_by_hash[block_hash] = block_id
         return True
 

@@ -15,7 +15,11 @@ Running sequences are served first, decodes before prefill chunks, then waiting 
 (FCFS). When a running sequence needs a block and none is free, the newest running sequence (the last
 one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
 its blocks are freed and it goes back to the front of the waiting queue with its generated tokens, to be
-recomputed later. Batching modes: "continuous" admits at every step; "static" admits a batch only when
+recomputed later. A sequence of a LoRA adapter is admitted only while the running batch holds fewer than
+`max_loras` distinct adapters or already holds its own; otherwise it waits, and later arrivals of adapters
+that fit go ahead of it (as vLLM's scheduler does).
+
+Batching modes: "continuous" admits at every step; "static" admits a batch only when
 the previous batch has entirely finished; "none" is static with a batch of one. This module knows
 nothing about models, tensors or sampling.
 """
@@ -208,18 +212,29 @@ class Scheduler:
         self.waiting.appendleft(seq)
         step.preempted.append(seq)
 
+    def running_adapters(self) -> set[str]:
+        """The distinct LoRA adapters of the running batch."""
+        return {seq.adapter for seq in self.running if seq.adapter is not None}
+
     def _admit_waiting(self, step: _Step) -> None:
         is_continuous = self.config.batching == "continuous"
         is_new_batch = not self._batch_ids
+        adapters = self.running_adapters()
+        held_back: list[Sequence] = []  # adapters past max_loras: they keep their place at the head
         while self.waiting and len(self.running) < self._max_batch_seqs:
             seq = self.waiting[0]
             if is_continuous and step.num_tokens_left == 0:
                 break
             if not (is_continuous or is_new_batch or seq.request_id in self._batch_ids):
                 break  # static/none: the current batch has not finished yet
+            if seq.adapter is not None and seq.adapter not in adapters and len(adapters) >= self.config.max_loras:
+                held_back.append(self.waiting.popleft())
+                continue
             if not self.block_manager.can_allocate(seq):
                 break
             self.waiting.popleft()
+            if seq.adapter is not None:
+                adapters.add(seq.adapter)
             self.block_manager.allocate(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -227,6 +242,7 @@ class Scheduler:
                 self._batch_ids.add(seq.request_id)
             if step.num_tokens_left > 0:
                 step.add(seq, min(seq.num_uncomputed_tokens, step.num_tokens_left))
+        self.waiting.extendleft(reversed(held_back))
 
     def _check_progress(self) -> None:
         """Fail loudly, rather than loop forever, when the head of the queue outgrew the whole cache."""

@@ -30,11 +30,13 @@ class Sequence:
     block_table: KV block ids, block i holds tokens [i * block_size, (i + 1) * block_size).
     arrival_index: stamped by the scheduler that queued it (`Scheduler.add`), in that scheduler's order of
         arrival; a lower index arrived earlier. None until then.
+    adapter: the name of the LoRA adapter it runs, None for the base model.
     """
 
     request_id: str
     token_ids: list[int]
     sampling_params: Any = None
+    adapter: str | None = None
     num_prompt_tokens: int = field(init=False)
     num_computed_tokens: int = field(default=0, init=False)
     num_cached_tokens: int = field(default=0, init=False)

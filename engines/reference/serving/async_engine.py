@@ -36,6 +36,7 @@ class _Add:
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival_time_s: float
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,11 @@ class AsyncEngine:
     def is_queue_full(self) -> bool:
         return self.num_waiting >= self.engine.config.max_num_waiting
 
-    def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> RequestStream:
-        """Submit a request now and return its output stream; close the stream to abort it.
+    def generate(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: str | None = None
+    ) -> RequestStream:
+        """Submit a request (on LoRA `adapter`, or the base model) now and return its output stream; close the
+        stream to abort it.
 
         Raises EngineDeadError if the step loop is not running, QueueFullError if the waiting queue is
         at its bound (checked and counted in the same event-loop turn, so the bound is exact).
@@ -152,7 +156,7 @@ class AsyncEngine:
         self._streams[request_id] = stream.queue
         with self._pending_lock:
             self._num_pending_adds += 1
-        self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic()))
+        self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic(), adapter))
         return stream
 
     def _close_stream(self, request_id: str, is_finished: bool) -> None:
@@ -219,7 +223,8 @@ class AsyncEngine:
                 continue
             try:
                 self.engine.add_request(
-                    command.request_id, command.prompt_token_ids, command.params, command.arrival_time_s
+                    command.request_id, command.prompt_token_ids, command.params, command.arrival_time_s,
+                    command.adapter,
                 )
             except Exception as exc:  # the server validated already; a rare race (queue bound) lands here
                 self._call_in_loop(self._fail, command.request_id, exc)

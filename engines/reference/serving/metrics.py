@@ -9,6 +9,7 @@ prometheus_client is thread-safe, so scraping from the event loop while the step
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -41,7 +42,8 @@ _COUNTERS = {
 class EngineMetrics:
     """Gauges, counters and latency histograms of one engine, on a private registry."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, max_loras: int | None = None) -> None:
+        """`max_loras`: LoRA is served, with that many adapters a batch (vllm:lora_requests_info is published)."""
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["model_name"]
 
@@ -75,6 +77,15 @@ class EngineMetrics:
         )  # fmt: skip
         self._model_name = model_name
         self._previous: EngineStats | None = None
+        # vLLM's LoRA series: the adapters running and waiting as comma-joined labels, the value the time they
+        # were seen; only the latest label set is kept, so a scrape reads one series
+        self._max_loras = max_loras
+        self._lora_info = None if max_loras is None else Gauge(
+            "vllm:lora_requests_info", "Running and waiting LoRA adapters (the value: when last seen).",
+            ["max_lora", "waiting_lora_adapters", "running_lora_adapters"], registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )  # fmt: skip
+        self._lora_labels: tuple[str, str, str] | None = None
 
     def record_step(self, stats: EngineStats, outputs: Iterable[RequestOutput] = ()) -> None:
         """Set the gauges from `stats`, advance the counters by its change, observe each output's latencies."""
@@ -86,6 +97,12 @@ class EngineMetrics:
             if delta > 0:
                 counter.inc(delta)
         self._previous = stats
+        if self._lora_info is not None:
+            labels = (str(self._max_loras), ",".join(stats.waiting_adapters), ",".join(stats.running_adapters))
+            if self._lora_labels is not None and labels != self._lora_labels:
+                self._lora_info.remove(*self._lora_labels)
+            self._lora_info.labels(*labels).set(time.time())
+            self._lora_labels = labels
         for output in outputs:
             if output.ttft_s is not None:
                 self._ttft.observe(output.ttft_s)

@@ -63,6 +63,7 @@ class Limits:
     max_model_len: int
     vocab_size: int
     tokenizer: Tokenizer | None
+    adapters: frozenset[str] = frozenset()  # LoRA adapters a request may name as its model
 
     @property
     def max_body_bytes(self) -> int:
@@ -84,6 +85,7 @@ class GenerationRequest:
     is_stream: bool = False
     include_usage: bool = False
     continuous_usage_stats: bool = False
+    adapter: str | None = None  # the LoRA adapter named as `model`; None: the base model
 
 
 # ---- field readers: each raises ApiError naming the field ------------------------------------------
@@ -234,8 +236,9 @@ def parse_generation_request(body: Any, kind: Kind, limits: Limits) -> Generatio
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
     model = body.get("model")
-    if model is not None and model != limits.model_name:
+    if model is not None and model != limits.model_name and model not in limits.adapters:
         raise ApiError(f"The model `{model}` does not exist.", param="model", status=404, code="model_not_found")
+    adapter = model if model is not None and model in limits.adapters else None
     params = _read_sampling(body, kind, limits)
     is_stream, include_usage, continuous = _read_stream_options(body)
     prompt_field = "prompt" if kind == "completion" else "messages"
@@ -249,7 +252,7 @@ def parse_generation_request(body: Any, kind: Kind, limits: Limits) -> Generatio
             param="max_tokens" if len(prompt) < limits.max_model_len else prompt_field,
             code="context_length_exceeded",
         )
-    return GenerationRequest(kind, prompt, params, is_stream, include_usage, continuous)
+    return GenerationRequest(kind, prompt, params, is_stream, include_usage, continuous, adapter)
 
 
 # ---- responses -------------------------------------------------------------------------------------

@@ -36,11 +36,15 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    lora_modules: tuple[str, ...] = ()  # NAME=PATH of each LoRA adapter served (PEFT layout)
+    max_loras: int = EngineConfig.max_loras
+    max_lora_rank: int = 16
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "python -m engines.reference") -> ServerOptions:
     """The server's flags, one per option; `--help` prints them and exits, a bad flag exits with code 2."""
-    return ServerOptions(**vars(build_parser(prog).parse_args(argv)))
+    values = vars(build_parser(prog).parse_args(argv))
+    return ServerOptions(**{**values, "lora_modules": tuple(values["lora_modules"])})
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -70,4 +74,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1 keeps it on this machine)")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")
+    parser.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH",
+                        help="LoRA adapters to serve (PEFT directories: adapter_config.json and "
+                        "adapter_model.safetensors); a request names one as its model")
+    parser.add_argument("--max-loras", type=int, default=defaults.max_loras,
+                        help=f"distinct adapters in one batch; others wait (default {defaults.max_loras})")
+    parser.add_argument("--max-lora-rank", type=int, default=defaults.max_lora_rank,
+                        help=f"the highest adapter rank taken (default {defaults.max_lora_rank})")
     return parser

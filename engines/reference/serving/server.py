@@ -22,12 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from aiohttp import web
 
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.loading.lora import load_adapter, parse_lora_modules, read_adapter_config
 from engines.reference.loading.weights import LoadedModel
 from engines.reference.serving.async_engine import AsyncEngine, EngineDeadError, RequestStream
 from engines.reference.serving.metrics import CONTENT_TYPE, EngineMetrics
@@ -45,7 +47,10 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
     dtype_name = options.dtype if options.dtype != "auto" else _default_dtype(device)
     if dtype_name not in _DTYPES:
         raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}, got {options.dtype!r}")
-    return LLMEngine.from_model(
+    modules = parse_lora_modules(options.lora_modules)
+    for path in modules.values():  # a bad adapter is said before the model loads
+        read_adapter_config(Path(path), options.max_lora_rank)
+    engine = LLMEngine.from_model(
         loaded if loaded is not None else options.model,
         device=device,
         dtype=_DTYPES[dtype_name],
@@ -57,7 +62,12 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_num_waiting=options.max_num_waiting,
         enable_prefix_caching=options.prefix_cache,
         weights=options.weights_dtype,
+        max_loras=options.max_loras,
     )
+    model = engine.loaded.model
+    for name, path in modules.items():
+        engine.add_adapter(load_adapter(name, path, model.config, model.device, options.max_lora_rank))
+    return engine
 
 
 def _default_dtype(device: str) -> str:
@@ -88,10 +98,11 @@ class Server:
         self.options = options
         self.engine = engine if engine is not None else build_engine(options)
         self.model_name = options.served_model_name or self.engine.model_name
-        self.metrics = EngineMetrics(self.model_name)
+        self.metrics = EngineMetrics(self.model_name, self.engine.config.max_loras if self.engine.adapters else None)
         self.async_engine = AsyncEngine(self.engine, self.metrics)
         self.limits = Limits(
-            self.model_name, self.engine.config.max_model_len, self.engine.vocab_size, self.engine.tokenizer
+            self.model_name, self.engine.config.max_model_len, self.engine.vocab_size, self.engine.tokenizer,
+            frozenset(self.engine.adapters),
         )
         self._runner: web.AppRunner | None = None
         self.base_url = ""
@@ -160,8 +171,12 @@ class Server:
 
     async def _models(self, request: web.Request) -> web.Response:
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "reference",
-                "root": self.engine.model_name, "max_model_len": self.engine.config.max_model_len}  # fmt: skip
-        return web.json_response({"object": "list", "data": [card]})
+                "root": self.engine.model_name, "parent": None, "max_model_len": self.engine.config.max_model_len}
+        # each adapter as vLLM lists one: its name, its directory as root, the base model as parent
+        adapters = [{"id": a.name, "object": "model", "created": 0, "owned_by": "reference", "root": a.path,
+                     "parent": self.model_name, "max_model_len": self.engine.config.max_model_len}
+                    for a in self.engine.adapters.values()]  # fmt: skip
+        return web.json_response({"object": "list", "data": [card, *adapters]})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completion")
@@ -186,7 +201,9 @@ class Server:
         generation = parse(body, kind, self.limits)
         request_id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
         try:
-            stream = self.async_engine.generate(request_id, generation.prompt_token_ids, generation.params)
+            stream = self.async_engine.generate(
+                request_id, generation.prompt_token_ids, generation.params, generation.adapter
+            )
         except EngineDeadError as exc:
             raise ApiError(str(exc), status=503, code="engine_dead") from None
         except QueueFullError as exc:
@@ -206,7 +223,7 @@ class Server:
             raise ApiError(str(exc), status=503, code="engine_dead") from None
         assert last is not None and last.finished
         kind = generation.kind
-        body = envelope(kind, request_id, int(time.time()), self.model_name, False,
+        body = envelope(kind, request_id, int(time.time()), generation.adapter or self.model_name, False,
                         [choice(kind, "".join(texts), last.finish_reason, False, role="assistant")])  # fmt: skip
         body["usage"] = usage(last)
         return web.json_response(body)
@@ -219,7 +236,7 @@ class Server:
         kind, created = generation.kind, int(time.time())
 
         def chunk(choices: list, usage_stats: dict | None) -> bytes:
-            payload = envelope(kind, request_id, created, self.model_name, True, choices)
+            payload = envelope(kind, request_id, created, generation.adapter or self.model_name, True, choices)
             if usage_stats is not None:
                 payload["usage"] = usage_stats
             return _sse(payload)
