@@ -57,6 +57,7 @@ class ContainerOptions:
     ready_timeout_s: float = 1800.0  # a first start may download weights and compile kernels
     env: dict[str, str] = field(default_factory=dict)  # more environment (e.g. a mirror's address)
     volumes: dict[str, str] = field(default_factory=dict)  # more mounts: host path -> container path[:ro]
+    extra_argv: list[str] = field(default_factory=list)  # flags after the others (several values: LoRA adapters)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _flags(values: dict[str, object]) -> list[str]:
 
 def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port: int, **extra: Any) -> ContainerSpec:
     return ContainerSpec(
-        engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(o.extra_args)],
+        engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(o.extra_args), *o.extra_argv],
         container_port=port, served_model=o.model, gpus=o.gpus, ready_timeout_s=o.ready_timeout_s,
         env={**({"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {}), **o.env},
         volumes={str(hf_cache_dir()): HF_CACHE_IN_CONTAINER, **o.volumes}, **extra,

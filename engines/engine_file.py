@@ -51,6 +51,7 @@ class EngineFile(BaseModel):
     router_args: dict[str, str | int | float | bool] = Field(default_factory=dict)  # vllm-router's own flags
     replica_metrics: list[str] = Field(default_factory=list)  # an endpoint's pods: each one's /metrics, sampled
     ui: bool = False  # Open WebUI in front: the load goes through its chat API
+    lora: dict[str, str] = Field(default_factory=dict)  # LoRA adapters served: NAME -> PEFT folder (local path)
     ui_python: str | None = None  # the Python of Open WebUI's own environment (else $BENCH_OPENWEBUI)
 
     def engine_args(self) -> list[str]:

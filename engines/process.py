@@ -19,7 +19,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +76,15 @@ LocalKind = Callable[[str, dict[str, str], int], LocalEngine]
 def launch_local(
     kind: LocalKind, run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
     ready_timeout_s: float = 600.0, env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None,
+    extra_argv: list[str] | None = None,
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Run the engine `kind` makes on `port` (or a free one) until ready, yield its endpoint and what runs
-    there, and stop it on every path; `env` is added to its environment, `cpus` the cores it is pinned to."""
+    there, and stop it on every path; `env` is added to its environment, `cpus` the cores it is pinned to,
+    `extra_argv` to its command line (flags that take several values: its LoRA adapters)."""
     port, root = local_port(port)
     engine = kind(model, dict(args or {}), port)  # a copy: kinds take the launcher's own keys out
+    if extra_argv:
+        engine = replace(engine, command=[*engine.command, *extra_argv])
     urls = [root + path for path in engine.ready_paths]
     spec = ProcessSpec(engine.name, engine.command, urls, env={**engine.env, **(env or {})},
                        ready_timeout_s=ready_timeout_s, cpus=cpus)

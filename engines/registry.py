@@ -10,7 +10,7 @@ The container kinds import the Docker SDK only when made. Whether a kind can run
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -66,8 +66,9 @@ class LocalProcess:
     def __call__(self, o: EngineFile) -> Launcher:
         args = _args(o)  # a bad flag is said now, before anything starts
         cpus = tuple(o.cpus) if o.cpus else None
+        adapters = _lora_flags(o, args)
         return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", args, o.port, o.ready_timeout_s,
-                                            o.env, cpus)
+                                            o.env, cpus, adapters)
 
 
 def _lmstudio(o: EngineFile) -> Launcher:
@@ -80,7 +81,13 @@ def _engine_image(to_spec: Callable[[ContainerOptions], ContainerSpec], o: Engin
     """An engine's own image, our options mapped to its flags by `to_spec` (one of `engines.docker`'s)."""
     from engines.docker import launch_container
 
-    spec = to_spec(_container_options(o))
+    options = _container_options(o)
+    if o.lora:  # each adapter mounted read-only, the engine told where
+        from engines.lora import container_mounts
+
+        options = replace(options, volumes={**options.volumes, **container_mounts(o.lora)},
+                          extra_argv=_lora_flags(o, options.extra_args, in_container=True))
+    spec = to_spec(options)
     return lambda run_dir: launch_container(run_dir, spec, o.port)
 
 
@@ -128,6 +135,16 @@ def _args(o: EngineFile) -> dict[str, str]:
     try:
         return parse_engine_args(o.engine_args())
     except ValueError as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _lora_flags(o: EngineFile, args: dict[str, str], in_container: bool = False) -> list[str]:
+    """The engine's own flags for the adapters it serves (`engines.lora`); a kind that takes none says so."""
+    from engines.lora import LoraFlagError, lora_flags
+
+    try:
+        return lora_flags(o.engine, o.lora, args, in_container)
+    except LoraFlagError as exc:
         raise EngineError(str(exc)) from None
 
 

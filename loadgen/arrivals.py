@@ -18,6 +18,7 @@ import numpy as np
 LevelKind = Literal["concurrency", "rate", "trace"]
 LABEL_KINDS: dict[str, LevelKind] = {"c": "concurrency", "r": "rate", "t": "trace"}
 LABEL_PREFIXES = {kind: prefix for prefix, kind in LABEL_KINDS.items()}
+ADAPTERS_MARK = "+a"  # c16+a4: 16 users across the first 4 adapters
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class Level:
     replayed at its own timestamps times `value` (0.5: twice as fast).
 
     Its label names it in every record: `c8`, `r2.5`, `t0.5`; the second repeat of a level is `c8#2`, and a level
-    run again after the client fell behind gets `~2` (`c8~2`, `c8#2~2`)."""
+    run again after the client fell behind gets `~2` (`c8~2`, `c8#2~2`). A level of a sweep across LoRA adapter
+    counts (`adapters`: the first N adapters of the mix, 0 the base model alone) is `c16+a4`."""
 
     kind: LevelKind
     value: float
@@ -34,6 +36,7 @@ class Level:
     max_concurrency: int | None = None  # open loop only: a cap on requests in flight
     repeat: int = 1
     attempt: int = 1
+    adapters: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "concurrency" and (self.value < 1 or self.value != int(self.value)):
@@ -50,7 +53,8 @@ class Level:
     @property
     def base_label(self) -> str:
         value = f"{int(self.value)}" if self.kind == "concurrency" else f"{self.value:g}"
-        return LABEL_PREFIXES[self.kind] + value
+        adapters = f"{ADAPTERS_MARK}{self.adapters}" if self.adapters is not None else ""
+        return LABEL_PREFIXES[self.kind] + value + adapters
 
     @property
     def label(self) -> str:
@@ -65,7 +69,7 @@ class Level:
 
 @dataclass(frozen=True)
 class LevelLabel:
-    base: str  # c8, r2.5, t1
+    base: str  # c8, r2.5, t1, c16+a4
     repeat: int = 1
     attempt: int = 1
 
@@ -73,9 +77,15 @@ class LevelLabel:
     def target(self) -> float:
         """The load: users or requests/s (NaN for a label that names none)."""
         try:
-            return float(self.base[1:])
+            return float(self.base[1:].partition(ADAPTERS_MARK)[0])
         except ValueError:
             return float("nan")
+
+    @property
+    def adapters(self) -> int | None:
+        """The adapters of a level of an adapter-count sweep (0: the base model alone); None elsewhere."""
+        count = self.base.partition(ADAPTERS_MARK)[2]
+        return int(count) if count.isdigit() else None
 
     @property
     def kind(self) -> str | None:

@@ -76,7 +76,7 @@ def open_session(options: ClientOptions) -> Session:
 
 
 def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
-    body: dict[str, Any] = {"model": options.model, "max_tokens": spec.max_tokens, "stream": True}
+    body: dict[str, Any] = {"model": spec.adapter or options.model, "max_tokens": spec.max_tokens, "stream": True}
     if spec.api == "chat":
         body["messages"] = spec.messages()
     else:

@@ -49,6 +49,10 @@ class LevelColumns:
     session: np.ndarray | None = None
     session_ids: tuple[str, ...] = ()
     is_subagent: np.ndarray | None = None
+    # LoRA adapters: each request's adapter (an index into adapter_names; NONE: the base model); None when no
+    # request asked for one
+    adapter: np.ndarray | None = None
+    adapter_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -73,6 +77,8 @@ class ColumnsBuilder:
         self._counts = [(name, DEFAULTS.get(name), column) for name, column in self.counts.items()]
         self.session, self.is_subagent = array("q"), array("b")
         self.session_index: dict[str, int] = {}
+        self.adapter = array("q")
+        self.adapter_index: dict[str, int] = {}
 
     def add(self, get: Callable[[str, Any], Any]) -> None:
         """One request, its fields read with `get(name, default)` (a row's `.get`, or a record's getattr).
@@ -101,6 +107,9 @@ class ColumnsBuilder:
         else:
             self.session.append(self.session_index.setdefault(session_id, len(self.session_index)))
             self.is_subagent.append(get("agent", "main") != "main")
+        adapter = get("adapter", None)
+        index = NONE if adapter is None else self.adapter_index.setdefault(adapter, len(self.adapter_index))
+        self.adapter.append(index)
 
     def build(self) -> LevelColumns:
         return LevelColumns(
@@ -111,7 +120,8 @@ class ColumnsBuilder:
             np.frombuffer(self.chunk_times, dtype=np.float64), np.frombuffer(self.chunk_tokens, dtype=np.int32),
             dict(self.failures), dict(self.sources),
             np.frombuffer(self.session, dtype=np.int64) if self.session_index else None, tuple(self.session_index),
-            np.frombuffer(self.is_subagent, dtype=np.int8).astype(bool) if self.session_index else None)
+            np.frombuffer(self.is_subagent, dtype=np.int8).astype(bool) if self.session_index else None,
+            np.frombuffer(self.adapter, dtype=np.int64) if self.adapter_index else None, tuple(self.adapter_index))
 
 
 def columns_of(records: Iterable[RequestRecord]) -> LevelColumns | None:

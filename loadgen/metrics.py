@@ -40,6 +40,7 @@ from loadgen.quality.figures import accuracy
 from loadgen.sessions.figures import session_figures
 from loadgen.types import (
     SLO,
+    AdapterFigures,
     ClientCheck,
     ClientSide,
     Distribution,
@@ -105,10 +106,13 @@ def summarize_columns(
     graded = c.counts["correct"] != NONE
     if graded.any():
         summary = replace(summary, quality=accuracy(int((c.counts["correct"] == 1).sum()), int(graded.sum())))
-    if c.session is not None:
+    if c.session is not None or c.adapter is not None:
         ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
         start, end, _ = _steady_window(c, kind, ended)
-        summary = replace(summary, sessions=session_figures(c, first, (start, end)))
+        if c.session is not None:
+            summary = replace(summary, sessions=session_figures(c, first, (start, end)))
+        if c.adapter is not None:
+            summary = replace(summary, adapters=_adapter_figures(c, first, last, start, end))
     reasons = _invalid_reasons(summary, workers)
     notes = _worker_notes(workers) + machine_notes(machine) + overrun_notes(ran)
     return replace(summary, is_valid=not reasons, invalid_reasons=reasons, notes=notes)
@@ -343,6 +347,32 @@ def _count_in_window(c: LevelColumns, which: np.ndarray, start: float, end: floa
     ended_inside = which & (start <= finished) & (finished <= end)
     prompt = c.counts["prompt_tokens"][ended_inside]
     return _WindowCounts(int(ended_inside.sum()), tokens, int(prompt[prompt != NONE].sum()))
+
+
+BASE_ROW = "(base)"  # the requests of the base model, in a level where others asked for adapters
+
+
+def _adapter_figures(c: LevelColumns, first: np.ndarray, last: np.ndarray, start: float,
+                     end: float) -> tuple[AdapterFigures, ...]:
+    """One row per adapter (most requests first), the base model's requests a row of their own: tokens counted in
+    the level's own steady window, so the rows' output tokens a second add up to the level's."""
+    assert c.adapter is not None
+    window_s = max(end - start, 1e-9)
+    ok, out, ms = c.ok, c.counts["output_tokens"], 1000.0
+    groups = [(name, c.adapter == index) for index, name in enumerate(c.adapter_names)]
+    if bool((c.adapter == NONE).any()):
+        groups.append((BASE_ROW, c.adapter == NONE))
+    rows = []
+    for name, mine in groups:
+        good = mine & ok
+        many = good & (out > 1)
+        rows.append(AdapterFigures(
+            adapter=name, num_requests=int(mine.sum()), num_ok=int(good.sum()), share=float(mine.sum()) / len(c),
+            output_tokens_per_s=_count_in_window(c, good, start, end, last).output_tokens / window_s,
+            ttft_ms=Distribution.of(first[good] * ms), e2e_ms=Distribution.of(last[good] * ms),
+            tpot_ms=Distribution.of((last[many] - first[many]) / (out[many] - 1) * ms),
+        ))
+    return tuple(sorted(rows, key=lambda row: (-row.num_requests, row.adapter)))
 
 
 def _mean_in_flight(c: LevelColumns, start: float, end: float) -> float:

@@ -237,7 +237,7 @@ class LevelContext:
             run_id=self.run_id, engine=self.engine, level=self.level.label, request_id=spec.request_id,
             send_s=0.0, conversation_id=spec.conversation_id, turn=spec.turn, dataset_index=spec.dataset_index,
             prompt_sha256=spec.prompt_sha256, prompt_text=spec.prompt if self.keep_text else None,
-            worker=self.worker, **fields,  # type: ignore[arg-type]
+            worker=self.worker, adapter=spec.adapter, **fields,  # type: ignore[arg-type]
         )
 
     def reads_answer(self, spec: RequestSpec) -> bool:

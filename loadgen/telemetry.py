@@ -46,15 +46,25 @@ SERIES: dict[str, tuple[str, ...]] = {
 }
 
 
+LORA_SERIES = "vllm:lora_requests_info"
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """Our series from a Prometheus text page, each summed over its label sets (e.g. one per model)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
+    lora: tuple[float, dict[str, str]] | None = None  # vLLM's LoRA series: the latest label set (its value: when)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+            if sample.name == LORA_SERIES and (lora is None or sample.value > lora[0]):
+                lora = (float(sample.value), sample.labels)
     values = {}
+    if lora is not None:  # distinct adapters running and waiting: comma-joined names
+        for ours, label in (("running_adapters", "running_lora_adapters"),
+                            ("waiting_adapters", "waiting_lora_adapters")):
+            values[ours] = float(len([name for name in lora[1].get(label, "").split(",") if name]))
     for ours, theirs in SERIES.items():
         name = next((n for n in theirs if n in found), None)
         if name is not None:
@@ -150,6 +160,7 @@ def _server_values(client: httpx.Client, url: str) -> dict[str, Any]:
 
 def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> ServerView:
     inside = [s for s in samples if start_unix_s <= s["t"] <= end_unix_s and any(key in s for key in SERIES)]
+    # (the LoRA series rides with the others: a server that publishes it publishes those)
 
     def mean(key: str) -> float | None:
         values = [s[key] for s in inside if key in s]
@@ -167,6 +178,7 @@ def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, 
         preemptions=growth("preemptions_total"),
         prefix_cache_hit_rate=hits / queries if queries and hits is not None else None,
         generated_tokens=growth("generation_tokens_total"), prefix_cache_queries=queries,
+        mean_running_adapters=mean("running_adapters"), mean_waiting_adapters=mean("waiting_adapters"),
     )
 
 
@@ -187,7 +199,14 @@ def summed_view(level: str, views: Sequence[ServerView]) -> ServerView:
         max_kv_cache_usage=max(kv) if kv else None, preemptions=total(v.preemptions for v in views),
         prefix_cache_hit_rate=sum(rate * q for rate, q in weighed) / lookups if lookups else None,
         generated_tokens=total(v.generated_tokens for v in views), prefix_cache_queries=lookups or None,
-        num_replicas=len(views))
+        num_replicas=len(views), mean_running_adapters=_mean_of(v.mean_running_adapters for v in views),
+        mean_waiting_adapters=_mean_of(v.mean_waiting_adapters for v in views))
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    """Per replica (each batch its own): the adapters a batch held, averaged over the replicas that said."""
+    given = [v for v in values if v is not None]
+    return sum(given) / len(given) if given else None
 
 
 def gpu_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, end_unix_s: float) -> GpuView:

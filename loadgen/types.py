@@ -60,6 +60,7 @@ class RequestSpec:
     prompt_sha256: str | None = None  # of the new user message, so records can be matched without the text
     session: SessionPlace | None = None  # an agent session's call: which session, agent and step
     grading: Grading | None = None  # a graded dataset line: how its answer is judged
+    adapter: str | None = None  # the LoRA adapter asked for as its model; None: the endpoint's model
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -123,6 +124,7 @@ class RequestRecord:
     category: str | None = None  # a graded line's category
     answer_sha256: str | None = None  # the answer's fingerprint, where it was read (graded, or a quality run)
     first_token_sha256: str | None = None  # its first token's, where the server returned logprobs
+    adapter: str | None = None  # the LoRA adapter it asked for (None: the base model)
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None
@@ -373,6 +375,21 @@ class SessionTokens:
 
 
 @dataclass(frozen=True)
+class AdapterFigures:
+    """One LoRA adapter's part of a level (`loadgen.metrics`): its requests and their share of the level's, its
+    output tokens a second in the level's steady window (the adapters' sum is the level's), its latencies."""
+
+    adapter: str  # its name; `(base)`: requests of the base model beside adapters'
+    num_requests: int
+    num_ok: int
+    share: float
+    output_tokens_per_s: float
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    e2e_ms: Distribution
+
+
+@dataclass(frozen=True)
 class SessionFigures:
     """A level of agent sessions, session by session (`loadgen.sessions.figures`). A session is completed when
     every call it holds was answered; cut when the level ended first; failed when one of its calls failed."""
@@ -451,6 +468,7 @@ class LevelSummary:
     repeat: int = 1
     sessions: SessionFigures | None = None  # a level of agent sessions
     quality: Accuracy | None = None  # a level of graded lines: how many answers were right
+    adapters: tuple[AdapterFigures, ...] | None = None  # a level across LoRA adapters: each one's part
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's row: one object, the groups' fields side by side (the file's keys as they were)."""
@@ -469,6 +487,8 @@ class LevelSummary:
             row["sessions"] = asdict(self.sessions)
         if self.quality is not None:
             row["quality"] = asdict(self.quality)
+        if self.adapters is not None:
+            row["adapters"] = [asdict(figures) for figures in self.adapters]
         return row
 
     def flat(self) -> dict[str, Any]:
@@ -481,6 +501,9 @@ class LevelSummary:
                 row.update(_session_columns(value))
             elif key == "quality":
                 row.update({f"quality_{name}": figure for name, figure in value.items()})
+            elif key == "adapters":  # one cell: each adapter's requests and output tokens/s
+                row["adapters"] = "; ".join(f"{a['adapter']}:{a['num_requests']}:{a['output_tokens_per_s']:.2f}"
+                                            for a in value)
             elif key == "machine":
                 row["others_cpu_cores"] = round(machine.others_cores, 3) if machine else None
                 row["steal_cores"] = round(machine.steal_cores, 3) if machine else None
@@ -530,6 +553,8 @@ class ServerView:
     generated_tokens: float | None = None  # tokens it generated during the level (its share of the load)
     prefix_cache_queries: float | None = None  # tokens looked up in its prefix cache during the level
     num_replicas: int = 1  # > 1: the sum of that many replicas' views (behind a router)
+    mean_running_adapters: float | None = None  # distinct LoRA adapters in the running batch (vLLM's LoRA series)
+    mean_waiting_adapters: float | None = None  # distinct LoRA adapters of waiting requests
 
 
 @dataclass(frozen=True)

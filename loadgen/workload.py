@@ -197,6 +197,33 @@ class DatasetSettings(BaseModel):
         return is_session_path(self.path)  # from the file's head only
 
 
+class AdapterSettings(BaseModel):
+    """Traffic across LoRA adapters (`loadgen.adapters`): each request asks for one as its model.
+
+    `names`: adapters the engine serves, asked for by name; `dir`: a folder of PEFT adapters, each subfolder one
+    (named by the folder); `modules`: NAME -> PATH of more adapters. The adapters of `dir` and `modules` are
+    passed to an engine bench starts; the traffic asks for `names`, else all of those. `mix`: uniform, zipf:S or
+    weights:...; `counts`: a sweep dimension, each level run with the first N adapters and with the base model
+    alone (0), at the same load. Relative paths are from the scenario file's directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    names: list[str] = Field(default_factory=list)
+    dir: str | None = None
+    modules: dict[str, str] = Field(default_factory=dict)
+    mix: str = "uniform"
+    counts: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AdapterSettings:
+        if not self.names and self.dir is None and not self.modules:
+            raise ValueError("adapters: give names, dir or modules (which adapters the traffic asks for)")
+        if self.counts is not None and (not self.counts or any(n < 0 for n in self.counts)):
+            raise ValueError(f"adapters.counts: expected whole numbers >= 0 (0: the base model alone), got "
+                             f"{self.counts}")
+        return self
+
+
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -213,6 +240,7 @@ class Workload(BaseModel):
     keep_text: bool = False  # store prompts and answers in the records (off: lengths, timings, hashes only)
     fingerprint_answers: bool = False  # hash every answer (runs compared answer by answer, the text not kept)
     logprobs: bool = False  # ask for logprobs: the first token's fingerprint kept (not every server returns them)
+    adapters: AdapterSettings | None = None  # traffic across LoRA adapters
 
     @model_validator(mode="after")
     def _multi_turn_is_chat(self) -> Workload:
@@ -225,6 +253,9 @@ class Workload(BaseModel):
             raise ValueError("workload.agent draws its own sessions: drop dataset / multi_turn / shared_prefix")
         if self.is_sessions and self.api != "chat":
             raise ValueError("agent sessions need api: chat")
+        if self.is_sessions and self.adapters is not None:
+            raise ValueError("adapters: agent sessions ask the base model only, for now (drop adapters, or measure "
+                             "the adapters with single requests)")
         return self
 
     @property

@@ -32,9 +32,16 @@ class ScriptedServer:
         defaults = {"ttft_ms": 100.0, "itl_ms": 20.0, "tokens_per_chunk": 1, "fault": "none", "fault_every": 1,
                     "fault_after_chunks": 3, "stall_ms": 1000.0, "model": "scripted", "itl_per_stream_ms": 0.0,
                     "max_streams": 0, "reasoning_tokens": 0, "rate_limit_per_s": 0.0, "rate_limit_burst": 1.0,
-                    "prefix_cache_block_words": 0, "right_share": -1.0, "right_share_per_stream": 0.0}
+                    "prefix_cache_block_words": 0, "right_share": -1.0, "right_share_per_stream": 0.0,
+                    "adapters": []}
         response = httpx.put(self.base_url.removesuffix("/v1") + "/_script", json={**defaults, **changes})
         response.raise_for_status()
+
+    def models(self) -> list[str | None]:
+        """The model every completion request asked for since the last call, in order (the server's own log)."""
+        response = httpx.get(self.base_url.removesuffix("/v1") + "/_models")
+        response.raise_for_status()
+        return response.json()["models"]
 
     def prompts(self) -> list[str]:
         """A hash of every prompt that arrived since the last call, in order (the server's own log)."""

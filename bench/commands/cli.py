@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from bench.commands import plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
+from bench.commands import lora_cmd, plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags, measure_command
 
@@ -31,6 +31,7 @@ app.command("cost", cls=report_cmd.CostHelpCommand)(report_cmd.cost)
 app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
 app.command("tune")(measure_command(tune_cmd.tune))
 app.command("quality")(measure_command(quality_cmd.quality))
+app.add_typer(lora_cmd.app, name="lora")
 
 
 @app.command()
@@ -172,6 +173,8 @@ def _ms(value: float | None) -> str:
 def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
     """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
     from bench.commands.display import (
+        adapter_counts_table,
+        adapters_table,
         capacity_line,
         quality_table,
         repeats_table,
@@ -180,6 +183,7 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         summary_table,
     )
     from bench.run.rundir import RunDirError, read_run, write_summaries
+    from loadgen.arrivals import parse_label
 
     try:
         run = read_run(run_dir)
@@ -194,6 +198,10 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         console.print(sessions_table(list(run.summaries)))
     if any(s.quality is not None for s in run.summaries):
         console.print(quality_table(list(run.summaries)))
+    if any(s.adapters is not None for s in run.summaries):
+        console.print(adapters_table(list(run.summaries)))
+    if any(parse_label(s.level).adapters is not None for s in run.summaries):
+        console.print(adapter_counts_table(list(run.summaries), list(run.server_views)))
     if run.repeated:
         console.print(repeats_table(list(run.repeated)))
     if run.server_views:

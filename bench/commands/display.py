@@ -158,6 +158,48 @@ def sessions_table(summaries: list[LevelSummary], title: str = "agent sessions")
     return table
 
 
+def adapters_table(summaries: list[LevelSummary], title: str = "each LoRA adapter's part of its level") -> Table:
+    """Each level across adapters, adapter by adapter: its requests and their share, its output tokens a second
+    (the rows of a level add up to it), TTFT and TPOT."""
+    table = Table(title=title)
+    for name in ("engine", "level", "adapter", "requests", "share", "out tok/s", "TTFT p50/p95 ms", "TPOT p50 ms",
+                 "E2E p50 ms"):
+        table.add_column(name, justify="left" if name in ("engine", "level", "adapter") else "right")
+    for s in summaries:
+        for a in s.adapters or ():
+            table.add_row(s.engine, s.level, a.adapter, f"{a.num_ok}/{a.num_requests}", f"{a.share:.0%}",
+                          _fmt(a.output_tokens_per_s, 1), f"{_fmt(a.ttft_ms.p50)}/{_fmt(a.ttft_ms.p95)}",
+                          _fmt(a.tpot_ms.p50), _fmt(a.e2e_ms.p50))
+    return table
+
+
+def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
+                         title: str = "what each extra adapter costs (x: against the base model alone, same load)"
+                         ) -> Table:
+    """A sweep across adapter counts: each count's throughput and TTFT beside the base model's at the same load,
+    and the distinct adapters the server's batch held (vLLM's LoRA series, where it publishes it)."""
+    by_level = {v.level: v for v in views}
+    base = {(s.engine, parse_label(s.level).target, s.repeat): s for s in summaries
+            if parse_label(s.level).adapters == 0}
+    table = Table(title=title)
+    for name in ("engine", "level", "adapters", "out tok/s", "x", "TTFT p50/p95 ms", "x p95", "TPOT p50 ms",
+                 "adapters a batch", "note"):
+        table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
+    for s in summaries:
+        count = parse_label(s.level).adapters
+        if count is None:
+            continue
+        ref = base.get((s.engine, s.target, s.repeat))
+        out, ttft = s.throughput.output_tokens_per_s, s.latency.ttft_ms.p95
+        x_out = f"{out / ref.throughput.output_tokens_per_s:.2f}" if ref and ref.throughput.output_tokens_per_s else "-"
+        x_ttft = f"{ttft / ref.latency.ttft_ms.p95:.2f}" if ref and ttft and ref.latency.ttft_ms.p95 else "-"
+        view = by_level.get(s.level)
+        table.add_row(s.engine, s.level, str(count) if count else "base alone", _fmt(out, 1), x_out,
+                      f"{_fmt(s.latency.ttft_ms.p50)}/{_fmt(ttft)}", x_ttft, _fmt(s.latency.tpot_ms.p50),
+                      _fmt(view.mean_running_adapters, 1) if view else "-", _note(s))
+    return table
+
+
 def repeats_table(repeated: list[RepeatedLevel], title: str = "levels measured more than once") -> Table:
     """Each repeated level: the mean of its repeats with the 95 % interval, and the values themselves."""
     table = Table(title=title)
@@ -247,11 +289,14 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
     replicas = max((v.num_replicas for v in views), default=1)
     table = Table(title=title + (f" ({replicas} replicas summed; hits pooled over their lookups)"
                                  if replicas > 1 else ""))
-    for name in ("level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"):
+    lora = any(v.mean_running_adapters is not None for v in views)
+    columns = ["level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"]
+    for name in columns + (["adapters running/waiting"] if lora else []):
         table.add_column(name, justify="left" if name == "level" else "right")
     for v in views:
+        adapters = [f"{_fmt(v.mean_running_adapters)}/{_fmt(v.mean_waiting_adapters)}"] if lora else []
         table.add_row(v.level, str(v.num_samples), _fmt(v.mean_running), _fmt(v.mean_waiting),
-                      share(v.max_kv_cache_usage), _fmt(v.preemptions, 0), share(v.prefix_cache_hit_rate))
+                      share(v.max_kv_cache_usage), _fmt(v.preemptions, 0), share(v.prefix_cache_hit_rate), *adapters)
     return table
 
 
@@ -283,11 +328,11 @@ def engines_table(engines: list[Availability]) -> Table:
     return table
 
 
-def _level_order(label: str) -> tuple[str, float, int, int]:
-    """c1 before c8 before c8#2 before c32; closed-loop levels before arrival rates."""
+def _level_order(label: str) -> tuple[str, float, int, int, int]:
+    """c1 before c8 before c8#2 before c32 (c16+a0 before c16+a4); closed-loop levels before arrival rates."""
     parsed = parse_label(label)
     target = parsed.target if parsed.target == parsed.target else 0.0  # NaN sorts first
-    return parsed.base[:1], target, parsed.repeat, parsed.attempt
+    return parsed.base[:1], target, parsed.adapters or 0, parsed.repeat, parsed.attempt
 
 
 def _p50_p99(distribution: Distribution) -> str:

@@ -85,6 +85,16 @@ class MeasureFlags:
     max_input_tokens: int | None = option(None, "Leave out dataset requests with longer prompts.")
     time_scale: float | None = option(None, "A trace: multiply its timestamps (0.5 replays it twice as fast).")
     trace_window: str | None = option(None, "A trace: replay START:END seconds of it.")
+    adapters: str | None = option(None, "LoRA adapters the traffic asks for, NAME,NAME,... (the engine serves them; "
+                                        "each request names one as its model).")
+    adapters_dir: Path | None = option(None, "A folder of PEFT LoRA adapters, one per subfolder (named by it): passed "
+                                             "to the engine bench starts, and asked for by the traffic.")
+    lora: list[str] | None = option(None, "NAME=PATH: a LoRA adapter (PEFT folder) passed to the engine bench starts "
+                                          "(reference, vllm, sglang) and asked for by the traffic (repeatable).")
+    adapter_mix: str | None = option(None, "How requests spread over the adapters: uniform (default), zipf:S or "
+                                           "weights:W1,W2,... (or NAME=W,...); seeded with --seed.")
+    adapter_counts: str | None = option(None, "A sweep across adapter counts, e.g. 1,4,16: each level with the first "
+                                              "N adapters and with the base model alone, at the same load.")
     keep_text: bool = option(False, "Store prompts and answers in requests.jsonl (for debugging; the report says "
                                     "so).")
     strict_openai: bool = option(False, "Send only OpenAI's published fields (for providers).")

@@ -27,6 +27,8 @@ from bench.run.resume import Resume, ResumeError, open_run, prepare
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
+from loadgen.adapters import plan_adapters
+from loadgen.arrivals import parse_label
 from loadgen.datasets import PromptTokenizer
 from loadgen.pool import ClientPool
 from loadgen.repeats import aggregate
@@ -69,6 +71,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)
     sessions = load_sessions(scenario)
+    adapters = plan_adapters(scenario.workload.adapters, scenario.workload.seed)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
     through_ui = flags.through_ui or UI_KIND in kinds
     kinds = [kind for kind in kinds if kind != UI_KIND] or ([] if flags.engine_file else ["reference"])
@@ -80,6 +83,8 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                         router_args=parse_engine_args(flags.router_arg or []),
                         replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
+    if adapters is not None and adapters.served:  # the adapters go to every engine bench starts
+        specs = [spec.model_copy(update={"lora": {**adapters.served, **spec.lora}}) for spec in specs]
     if through_ui:  # each engine direct first, then with the UI in front: the same workload both ways
         specs += [spec.model_copy(update={"ui": True, "ui_python": flags.ui_python,
                                           "name": f"{spec.name or spec.engine}+{UI_KIND}"}) for spec in specs]
@@ -89,7 +94,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
                           tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
-                          replay=replay, sessions=sessions, clients=clients),
+                          replay=replay, sessions=sessions, clients=clients, adapters=adapters),
                 make_launcher(spec)) for spec in specs]
 
 
@@ -134,7 +139,8 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
                          strict_openai=run.client.strict_openai, tokenizer=tokenizer, tokenizer_path=tokenizer_path,
                          repeats=run.plan.repeats, capacity=run.plan.capacity,
                          engine_spec=spec.model_dump(mode="json"), replay=replay, sessions=sessions,
-                         clients=client_pool(run.client.workers, run.client.ray))
+                         clients=client_pool(run.client.workers, run.client.ray),
+                         adapters=plan_adapters(scenario.workload.adapters, scenario.workload.seed))
         jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
     return jobs, complete
 
@@ -185,6 +191,8 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambd
 def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool) -> int:
     """Print what was measured, write the reports, name the failures; the command's exit code."""
     from bench.commands.display import (
+        adapter_counts_table,
+        adapters_table,
         capacity_line,
         quality_table,
         repeats_table,
@@ -203,6 +211,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         console.print(sessions_table(summaries))
     if any(s.quality is not None for s in summaries):
         console.print(quality_table(summaries))
+    if any(s.adapters is not None for s in summaries):
+        console.print(adapters_table(summaries))
     repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
     if repeated:
         console.print(repeats_table(repeated))
@@ -217,6 +227,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
             warn(f"{ui.name}'s page was not checked in a browser: {ui.page.why_not}")
         if run.server_views:
             console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
+        if any(parse_label(s.level).adapters is not None for s in run.summaries):
+            console.print(adapter_counts_table(list(run.summaries), list(run.server_views)))
         if run.replica_views:
             budgets = {i: r.budget_text for i, r in enumerate(run.info.engine.details.replicas) if r.budget_text}
             console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}",

@@ -46,12 +46,13 @@ from bench.run.runinfo import (
     TelemetryRecord,
     ToolRecord,
 )
-from engines.endpoint import context_length, read_api_key
+from engines.endpoint import EndpointError, context_length, list_models, read_api_key
 from engines.engine_file import EngineFile
 from engines.launch import EngineGone, still_answering
 from engines.replicas import replica_metrics_urls
 from engines.types import Endpoint, EngineInfo, Launcher
 from loadgen import machine, telemetry
+from loadgen.adapters import AdapterPlan, with_adapters
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import PromptTokenizer, iter_requests
@@ -97,10 +98,14 @@ class SweepPlan:
     replay: Replay | None = None  # the scenario's dataset, read and prepared
     sessions: SessionSet | None = None  # agent sessions: a session dataset read, or the synthetic ones drawn
     clients: ClientPool = ClientPool()  # one client process, or a level split across several (--workers, --ray)
+    adapters: AdapterPlan | None = None  # traffic across LoRA adapters: their folders, the mix, the counts
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ValueError(f"--repeats {self.repeats}: expected a whole number >= 1")
+        if self.capacity is not None and self.adapters is not None and self.adapters.counts is not None:
+            raise ValueError("--adapter-counts is a sweep's dimension: a capacity search runs one mix (give "
+                             "--adapters with the adapters to search with)")
         if self.sessions is not None and self.clients.is_split:
             raise ValueError("agent sessions run in one client process for now: drop --workers / --ray")
 
@@ -114,7 +119,20 @@ class SweepPlan:
 
     def levels(self) -> list[Level]:
         """The levels planned up front: none for a capacity search, whose probes are chosen as it goes."""
-        return [] if self.capacity is not None else plan_levels(self.scenario.load, self.repeats, self.trace_scale)
+        if self.capacity is not None:
+            return []
+        levels = plan_levels(self.scenario.load, self.repeats, self.trace_scale)
+        counts = self.adapters.counts if self.adapters is not None else None
+        if counts is None:
+            return levels
+        # each load across every adapter count in turn (the base model alone first): counts side by side
+        return [replace(level, adapters=count) for level in levels for count in counts]
+
+    def level_requests(self, level: Level, specs: Iterator[RequestSpec]) -> Iterator[RequestSpec]:
+        """A level's requests, each asking for its adapter of the level's mix (as they are: no adapters)."""
+        if self.adapters is None:
+            return specs
+        return with_adapters(specs, self.adapters.mix_for(level.adapters))
 
     @property
     def trace_scale(self) -> float | None:
@@ -223,6 +241,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
                           telemetry=TelemetryRecord(url, no_telemetry is None, no_telemetry, gpus))
             rundir.write_run_info(run_dir, run)
             _check_context(plan, endpoint)
+            _check_adapters(plan, endpoint)
             with telemetry.sampling(url if no_telemetry is None else None, run_dir / rundir.TELEMETRY_FILE,
                                     gpu=gpus.sampled), _replica_sampling(engine, run_dir):
                 _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
@@ -279,16 +298,17 @@ def _run_levels(
             ctx = LevelContext(run_dir.name, engine.name, level, options, records,
                                on_record=progress.request_finished if progress else None, keep_text=workload.keep_text,
                                read_answers=workload.fingerprint_answers)
-            level_specs = plan.requests(cycle=False) if level.kind == "trace" else specs
+            level_specs = plan.level_requests(level, plan.requests(cycle=False) if level.kind == "trace" else specs)
+            level_warmup = plan.level_requests(level, warmup_specs)
             before = machine.snapshot()
             if clients.is_split:
-                split = run_split_level(ctx, bounds, level_specs, warmup_specs, clients)
+                split = run_split_level(ctx, bounds, level_specs, level_warmup, clients)
                 level_run = split.level_run
                 if level.kind != "trace":  # requests a worker was fed but never sent are the next level's first
                     specs = itertools.chain(split.unsent, specs)
             else:
                 level_run = run_level_blocking(ctx, bounds, SessionLevel(sessions) if sessions else level_specs,
-                                               warmup_specs)
+                                               level_warmup)
             after = machine.snapshot()
             if before and after:
                 level_run = replace(level_run, machine=machine.load_between(before, after, own_processes,
@@ -336,6 +356,18 @@ def _check_context(plan: SweepPlan, endpoint: Endpoint) -> None:
     """A dataset with requests longer than the model's context is refused before any is sent."""
     if plan.replay is not None and (limit := context_length(endpoint)) is not None:
         check_context(plan.replay, limit)
+
+
+def _check_adapters(plan: SweepPlan, endpoint: Endpoint) -> None:
+    """Every adapter the traffic asks for is listed at /v1/models, or nothing is sent."""
+    if plan.adapters is None:
+        return
+    listed = set(list_models(endpoint)[0])
+    missing = [name for name in plan.adapters.mix.names if name not in listed]
+    if missing:
+        raise EndpointError(f"{endpoint.base_url}/models does not list the adapter{'s' * (len(missing) > 1)} "
+                            f"{', '.join(missing)} the traffic asks for (it lists {', '.join(sorted(listed)[:10])}); "
+                            "serve them (--lora NAME=PATH or --adapters-dir for an engine bench starts)")
 
 
 def _resummarize(run_dir: Path) -> list[LevelSummary]:

@@ -81,6 +81,9 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
     if flags.dataset is not None and dataset is not None and levels.concurrency is None and levels.rate is None \
             and is_trace_file(Path(dataset["path"]), dataset.get("format")):
         load["concurrency"], load["rates"] = [], []  # a trace is a level of its own: replayed once
+    adapters = _adapter_settings(flags, workload.get("adapters"))
+    if adapters is not None:
+        workload["adapters"] = adapters
     if flags.api is not None:
         workload["api"] = flags.api
     if flags.seed is not None:
@@ -89,6 +92,43 @@ def build_scenario(name_or_path: str, flags: MeasureFlags, levels: LoadOverrides
         return Scenario.model_validate({**scenario.model_dump(), "workload": workload, "load": load})
     except ValidationError as exc:
         raise ScenarioError(f"bad flag: {describe_validation_error(exc)}") from None
+
+
+def _adapter_settings(flags: MeasureFlags, scenario_adapters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """workload.adapters with the adapter flags over it; a bad value names the flag."""
+    given = (flags.adapters, flags.adapters_dir, flags.lora, flags.adapter_mix, flags.adapter_counts)
+    if all(value is None for value in given):
+        return scenario_adapters
+    settings = dict(scenario_adapters or {})
+    if flags.adapters is not None:
+        settings["names"] = [name.strip() for name in flags.adapters.split(",") if name.strip()]
+        if not settings["names"]:
+            raise ValueError(f"--adapters {flags.adapters!r}: expected NAME,NAME,... (adapters the engine serves)")
+    if flags.adapters_dir is not None:
+        settings["dir"] = str(flags.adapters_dir.resolve())
+    if flags.lora:
+        modules = dict(settings.get("modules") or {})
+        for item in flags.lora:
+            name, sep, path = item.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise ValueError(f"--lora {item!r}: expected NAME=PATH (a PEFT LoRA folder, e.g. sql=adapters/sql)")
+            modules[name.strip()] = str(Path(path.strip()).resolve())
+        settings["modules"] = modules
+    if flags.adapter_mix is not None:
+        settings["mix"] = flags.adapter_mix
+    if flags.adapter_counts is not None:
+        try:
+            counts = [int(part) for part in flags.adapter_counts.split(",") if part.strip()]
+        except ValueError:
+            counts = []
+        if not counts or any(n < 0 for n in counts):
+            raise ValueError(f"--adapter-counts {flags.adapter_counts}: expected comma-separated whole numbers "
+                             ">= 0, e.g. 1,4,16 (the base model alone is measured too)")
+        settings["counts"] = counts
+    if not (settings.get("names") or settings.get("dir") or settings.get("modules")):
+        raise ValueError("--adapter-mix / --adapter-counts: name the adapters too (--adapters NAME,..., "
+                         "--adapters-dir DIR or --lora NAME=PATH)")
+    return settings
 
 
 def _is_sessions(dataset: dict[str, Any] | None) -> bool:

@@ -161,4 +161,14 @@ def parse_scenario(text: str, origin: str, directory: Path | None = None) -> Sce
     if dataset is not None and directory is not None and not Path(dataset.path).is_absolute():
         resolved = dataset.model_copy(update={"path": str((directory / dataset.path).resolve())})
         scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"dataset": resolved})})
+    adapters = scenario.workload.adapters
+    if adapters is not None and directory is not None:  # the adapters' folders too, from the scenario's
+        def resolve(path: str) -> str:
+            return path if Path(path).is_absolute() else str((directory / path).resolve())
+
+        resolved_adapters = adapters.model_copy(update={
+            "dir": resolve(adapters.dir) if adapters.dir else None,
+            "modules": {name: resolve(path) for name, path in adapters.modules.items()}})
+        scenario = scenario.model_copy(update={
+            "workload": scenario.workload.model_copy(update={"adapters": resolved_adapters})})
     return scenario

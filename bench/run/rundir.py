@@ -250,8 +250,8 @@ def write_summaries(run_dir: Path, summaries: list[LevelSummary]) -> None:
     as_json = json.dumps([s.to_json() for s in summaries], indent=2) + "\n"
     repeated = [asdict(r) for r in aggregate(summaries) if r.num_repeats > 1]
     table = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    if rows:  # every level's columns, in order of first appearance (a level across adapters has one more)
+        writer = csv.DictWriter(table, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
     (run_dir / SUMMARY_JSON).write_text(as_json)

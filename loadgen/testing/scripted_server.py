@@ -10,7 +10,9 @@ request: what a client sees when a server closes idle connections); `fault_every
 every n-th request only. `PUT /_script` changes the script of a running server; `GET /_sent` says when
 the chunks really left (time to first chunk and gaps between chunks, as percentiles) and clears that;
 `GET /_prompts` lists a hash of every prompt that arrived, in order, and clears that (so a client can be held
-to never sending one twice).
+to never sending one twice). `adapters` are LoRA adapters it serves beside `model` (listed at /v1/models with
+their parent, as vLLM lists them; answered like the model); `GET /_models` lists the model every completion
+request asked for, in order, and clears that.
 
 A provider can be played too: `reasoning_tokens` streams that many tokens first as `delta.reasoning_content`
 (and reports them in `usage.completion_tokens_details`), `rate_limit_per_s` answers 429 with Retry-After
@@ -84,6 +86,7 @@ class Script:
     # right_share_per_stream for each other stream in flight when it arrives (answers that worsen under load).
     right_share: float = -1.0
     right_share_per_stream: float = 0.0
+    adapters: tuple[str, ...] = ()  # LoRA adapters served beside `model`
 
     @property
     def is_loaded(self) -> bool:
@@ -158,6 +161,7 @@ class ScriptState:
         self.bucket = TokenBucket(script.rate_limit_per_s, script.rate_limit_burst)
         self.prefix_cache = PrefixCache(script.prefix_cache_block_words)
         self.prompts: list[str] = []  # sha256 of each completion request's messages (or prompt), as they came
+        self.models: list[str | None] = []  # the model each completion request asked for, as they came
 
     def admit(self, protocol: ScriptedProtocol, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""
@@ -328,7 +332,11 @@ class ScriptedProtocol:
         if method == "GET" and path == "/health":
             self.respond(200, b"ok", "text/plain")
         elif method == "GET" and path == "/v1/models":
-            self.respond_json(200, {"object": "list", "data": [{"id": script.model, "object": "model"}]})
+            adapters = [{"id": name, "object": "model", "parent": script.model} for name in script.adapters]
+            self.respond_json(200, {"object": "list", "data": [{"id": script.model, "object": "model"}, *adapters]})
+        elif method == "GET" and path == "/_models":
+            models, self.state.models = self.state.models, []
+            self.respond_json(200, {"models": models})
         elif method == "GET" and path == "/_sent":
             self.respond_json(200, self.state.sent.report_and_clear())
         elif method == "GET" and path == "/_prompts":
@@ -349,8 +357,9 @@ class ScriptedProtocol:
         script = self.state.script
         said = body.get("messages") if is_chat else body.get("prompt")
         self.state.prompts.append(hashlib.sha256(orjson.dumps(said)).hexdigest())
+        self.state.models.append(body.get("model"))
         fault = script.fault if next(self.state.counter) % script.fault_every == 0 else "none"
-        if body.get("model") != script.model:
+        if body.get("model") != script.model and body.get("model") not in script.adapters:
             self.respond_error(404, f"model '{body.get('model')}' does not exist")
         elif fault == "http_500":
             self.respond_error(500, "scripted internal error")
@@ -667,11 +676,13 @@ def main() -> None:
     parser.add_argument("--reasoning-tokens", type=int, default=0, help="tokens streamed first as reasoning")
     parser.add_argument("--rate-limit-per-s", type=float, default=0.0, help="429 past this many requests/s (0: none)")
     parser.add_argument("--prefix-cache-block-words", type=int, default=0, help="report cached tokens (0: none)")
+    parser.add_argument("--adapters", default="", help="NAME,NAME,...: LoRA adapters served beside --model")
     args = parser.parse_args()
     script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model,
                     itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams,
                     reasoning_tokens=args.reasoning_tokens, rate_limit_per_s=args.rate_limit_per_s,
-                    prefix_cache_block_words=args.prefix_cache_block_words)
+                    prefix_cache_block_words=args.prefix_cache_block_words,
+                    adapters=tuple(name for name in args.adapters.split(",") if name))
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))

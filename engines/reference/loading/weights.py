@@ -326,6 +326,27 @@ def resolve_model(
     )
 
 
+def resolve_model_config(name_or_path: str = "default") -> ModelConfig:
+    """The shape of the model `resolve_model` would load, read without its weights."""
+    if name_or_path == "default":
+        found = default_gguf_path()
+        name_or_path = str(found) if found is not None else "dummy:tiny"
+    if name_or_path.startswith("dummy:"):
+        preset = name_or_path.removeprefix("dummy:")
+        if preset not in DUMMY_PRESETS:
+            raise ValueError(f"unknown dummy preset {preset!r} (accepted: {', '.join(DUMMY_PRESETS)})")
+        return DUMMY_PRESETS[preset]
+    path = Path(name_or_path)
+    if path.is_file() and path.suffix == ".gguf":
+        return gguf_model_config(open_gguf(path))
+    if path.is_dir() and (path / "config.json").is_file():
+        return hf_model_config(json.loads((path / "config.json").read_text()))
+    raise ValueError(
+        f"model {name_or_path!r}: expected a .gguf file, a directory with config.json, "
+        f"'dummy:<{'|'.join(DUMMY_PRESETS)}>' or 'default'"
+    )
+
+
 def _kept(loaded: LoadedModel, formats: tuple[str, str]) -> LoadedModel:
     """The model with its weights kept as `formats` says (projections, head), and that said."""
     loaded.model.keep_weights(*formats)
