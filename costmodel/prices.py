@@ -29,7 +29,7 @@ from costmodel.inputs import RESERVED_KINDS, RESERVED_TERMS, PricingKind
 
 MAX_PRICE_AGE_DAYS = 90
 MAX_DEFAULT_AGE_DAYS = 365  # a row older than this on the day of the decision is never picked by a name
-SHIPPED_FILES = ("gpus.yaml", "providers.yaml")
+SHIPPED_FILES = ("gpus.yaml", "providers.yaml", "finetunes.yaml")
 GPU_ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "a100-80g": "a100-80gb", "4090": "rtx-4090",
                "rtx4090": "rtx-4090", "a10": "a10g"}
 ROW_ID = r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)+$"
@@ -149,6 +149,34 @@ class ProviderPrice(_Dated):
         return self.usd_per_m_input if self.usd_per_m_cached_input is None else self.usd_per_m_cached_input
 
 
+class FinetunePrice(_Dated):
+    """How one host bills a LoRA fine-tune of an open model: `serverless-lora`, per token at `base_price_markup`
+    times the base model's price (1.0: the base price), plus `usd_per_adapter_month` for each adapter kept; or
+    `dedicated`, a deployment of its own billed by the GPU-hour on `gpu`."""
+
+    host: str
+    kind: Literal["serverless-lora", "dedicated"]
+    base_price_markup: float | None = Field(default=None, ge=1)
+    usd_per_adapter_month: float = Field(default=0.0, ge=0)
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    gpu: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_has_its_price(self) -> FinetunePrice:
+        if self.kind == "serverless-lora" and self.base_price_markup is None:
+            raise ValueError("kind serverless-lora needs base_price_markup (1.0: the base model's per-token price)")
+        if self.kind == "dedicated" and (self.usd_per_gpu_hour is None or not self.gpu):
+            raise ValueError("kind dedicated needs usd_per_gpu_hour and gpu")
+        return self
+
+    def label(self) -> str:
+        if self.kind == "dedicated":
+            return f"{self.host} dedicated ({usd_rate(self.usd_per_gpu_hour or 0)}/GPU-h, {self.gpu})"
+        markup = "the base price" if self.base_price_markup == 1 else f"{self.base_price_markup:g}x the base price"
+        fee = f" + {usd_rate(self.usd_per_adapter_month)}/adapter-month" if self.usd_per_adapter_month else ""
+        return f"{self.host} serverless LoRA ({markup}{fee})"
+
+
 Row = TypeVar("Row", "GpuPrice", "ProviderPrice")
 
 
@@ -157,6 +185,7 @@ class PriceCatalog:
     gpus: tuple[GpuPrice, ...]
     providers: tuple[ProviderPrice, ...]
     origins: tuple[str, ...] = ()
+    finetunes: tuple[FinetunePrice, ...] = ()  # how hosts bill LoRA fine-tunes
 
     def as_of(self, today: date) -> PriceCatalog:
         """The catalog on `today`: a row retrieved more than MAX_DEFAULT_AGE_DAYS before it is no longer picked by
@@ -247,32 +276,36 @@ def load_catalog(extra_files: Sequence[Path] = ()) -> PriceCatalog:
     """The shipped catalogs, then each extra file in turn: same id replaces, new id adds."""
     gpus: dict[str, GpuPrice] = {}
     providers: dict[str, ProviderPrice] = {}
+    finetunes: dict[str, FinetunePrice] = {}
     origins = []
     for name in SHIPPED_FILES:
         text = (resources.files("costmodel") / "prices" / name).read_text()
-        _merge(parse_price_file(text, f"costmodel/prices/{name}"), gpus, providers)
+        _merge(parse_price_file(text, f"costmodel/prices/{name}"), gpus, providers, finetunes)
         origins.append(f"costmodel/prices/{name}")
     for path in extra_files:
         if not Path(path).is_file():
             raise PriceError(f"--prices {path}: no such file")
-        _merge(parse_price_file(Path(path).read_text(), str(path)), gpus, providers)
+        _merge(parse_price_file(Path(path).read_text(), str(path)), gpus, providers, finetunes)
         origins.append(str(path))
-    return PriceCatalog(tuple(gpus.values()), tuple(providers.values()), tuple(origins))
+    return PriceCatalog(tuple(gpus.values()), tuple(providers.values()), tuple(origins), tuple(finetunes.values()))
 
 
-def _merge(catalog: PriceCatalog, gpus: dict[str, GpuPrice], providers: dict[str, ProviderPrice]) -> None:
+def _merge(catalog: PriceCatalog, gpus: dict[str, GpuPrice], providers: dict[str, ProviderPrice],
+           finetunes: dict[str, FinetunePrice]) -> None:
     gpus.update((row.id, row) for row in catalog.gpus)
     providers.update((row.id, row) for row in catalog.providers)
+    finetunes.update((row.id, row) for row in catalog.finetunes)
 
 
 def parse_price_file(text: str, origin: str) -> PriceCatalog:
-    expected = "a mapping with a `gpus` and/or a `providers` list of rows"
+    expected = "a mapping with `gpus`, `providers` and/or `finetunes` lists of rows"
     raw = parse_yaml_mapping(text, origin, PriceError, expected)
-    if not set(raw) <= {"gpus", "providers"} or not raw:
+    if not set(raw) <= {"gpus", "providers", "finetunes"} or not raw:
         raise PriceError(f"{origin}: expected {expected}")
     gpus = tuple(_rows(raw.get("gpus") or [], GpuPrice, origin, "gpus"))
     providers = tuple(_rows(raw.get("providers") or [], ProviderPrice, origin, "providers"))
-    return PriceCatalog(gpus, providers, (origin,))
+    finetunes = tuple(_rows(raw.get("finetunes") or [], FinetunePrice, origin, "finetunes"))
+    return PriceCatalog(gpus, providers, (origin,), finetunes)
 
 
 def _rows(raw: Any, model: type[BaseModel], origin: str, section: str) -> list[Any]:

@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bench.flows.tune import ConfigResult
-from common.units import share
+from common.units import share, usd
+from costmodel.finetunes import FinetuneDecision
 from engines.availability import Availability
 from loadgen.arrivals import Level, parse_label
 from loadgen.quality.results import Scores
@@ -197,6 +198,18 @@ def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
         table.add_row(s.engine, s.level, str(count) if count else "base alone", _fmt(out, 1), x_out,
                       f"{_fmt(s.latency.ttft_ms.p50)}/{_fmt(ttft)}", x_ttft, _fmt(s.latency.tpot_ms.p50),
                       _fmt(view.mean_running_adapters, 1) if view else "-", _note(s))
+    return table
+
+
+def finetunes_table(d: FinetuneDecision) -> Table:
+    """N fine-tunes three ways: self-hosted together, each host's serverless LoRA, N dedicated deployments."""
+    table = Table(title=f"{d.num_adapters} LoRA fine-tune{'s' * (d.num_adapters > 1)}, served three ways")
+    for name in ("option", "USD a month", "how", "price dated"):
+        table.add_column(name, justify="right" if name == "USD a month" else "left")
+    for o in d.options:
+        dated = "-" if o.row_id is None else ("undated" if o.retrieved is None else o.retrieved.isoformat())
+        table.add_row(o.label, usd(o.monthly_usd) if o.monthly_usd is not None else "-", o.detail,
+                      dated + (" (check it)" if o.is_stale else ""))
     return table
 
 

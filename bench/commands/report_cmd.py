@@ -148,6 +148,10 @@ def cost(
     precision: str = typer.Option(None, metavar="DTYPE",
                                   help="The precision the self-hosted weights run in (bf16, fp8, int4...): a "
                                        "compared host that serves another is named."),
+    adapters: int = typer.Option(None, min=1, metavar="N",
+                                 help="N LoRA fine-tunes of the model: self-hosted together (the throughput "
+                                      "measured with them), each host's serverless LoRA, or N dedicated "
+                                      "deployments; the crossover in tokens and in adapters."),
     json_output: bool = typer.Option(False, "--json", help="Print every figure as JSON instead of the summary."),
 ) -> None:
     """The same answer from numbers typed in: throughput, prices, traffic. No run needed."""
@@ -170,14 +174,30 @@ def cost(
             owned=_owned_fields(owned))
         isl = input_tokens if input_tokens is not None else base.workload.input_tokens.mean_tokens()
         osl = output_tokens if output_tokens is not None else base.workload.output_tokens.mean_tokens()
+        catalog = load_catalog(prices or [])
         decision = decide_given(throughput, isl, osl, settings.traffic, settings.pricing, settings.requirements,
-                                load_catalog(prices or []), date.today(), precision=precision)
+                                catalog, date.today(), precision=precision)
     except (ScenarioError, PriceError, ValueError) as exc:
         fail(_message(exc))
+    finetunes = None
+    if adapters is not None:
+        from costmodel.finetunes import decide_finetunes
+
+        finetunes = decide_finetunes(decision, adapters, catalog.finetunes)
+        if finetunes is None:
+            fail("--adapters: the fine-tunes need an operating point and an open model's host to price against "
+                 "(--provider MODEL)")
     if json_output:
-        print(json.dumps(jsonable(decision), indent=2))
+        print(json.dumps({**jsonable(decision), "finetunes": jsonable(finetunes)} if finetunes else
+                         jsonable(decision), indent=2))
         return
     _print_verdict(console, decision)
+    if finetunes is not None:
+        from bench.commands.display import finetunes_table
+
+        console.print(finetunes_table(finetunes))
+        for line in finetunes.lines:
+            console.print(line, highlight=False)
 
 
 def _settings(scenario: str | None, first_run: Path) -> DecisionSettings:

@@ -180,7 +180,7 @@ def test_a_user_file_adds_rows_and_replaces_rows_with_the_same_id(tmp_path: Path
      "retrieved YYYY-MM goes with retrieved_precision month"),
     ("providers:\n" + ROW.replace(", retrieved: 2025-05-01", ""), "retrieved: Field required"),
     ("providers: {id: x}\n", "providers: expected a list of rows"),
-    ("- a list\n", "expected a mapping with a `gpus` and/or a `providers` list"),
+    ("- a list\n", "expected a mapping with `gpus`, `providers` and/or `finetunes` lists"),
     ("providers: [\n", "not valid YAML"),
 ])
 def test_a_bad_price_file_names_the_file_the_row_and_the_field(text: str, message: str) -> None:

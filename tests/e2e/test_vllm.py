@@ -29,3 +29,24 @@ def test_vllm_is_launched_measured_and_stopped(tmp_path) -> None:
     assert [(row["level"], row["num_ok"], row["num_failed"]) for row in summary] == [("c1", 8, 0), ("c4", 8, 0)]
     assert all(row["mean_output_tokens"] == 16 for row in summary)
     assert not is_running(run["engine"]["details"]["pid"])
+
+
+def test_vllm_serves_the_adapters_bench_gives_it(tmp_path) -> None:
+    """`bench lora make` adapters for SmolLM2's shape, given to vLLM as --enable-lora --lora-modules: every request
+    is answered by the adapter it asked for, and vLLM's LoRA series is read."""
+    assert os.environ.get("BENCH_VLLM_PYTHON"), "set BENCH_VLLM_PYTHON to the python of vLLM's environment"
+    made = bench("lora", "make", "--base", "default", "--rank", "8", "--count", "2", "--out", str(tmp_path / "ad"))
+    assert made.returncode == 0, made.stderr
+    result = bench("sweep", "--engine", "vllm", "--adapters-dir", str(tmp_path / "ad"), "--concurrency", "2",
+                   "--requests", "8", "--input-tokens", "32", "--output-tokens", "16",
+                   "--engine-arg", "max-model-len=2048", "--no-report", "--out", str(tmp_path / "runs"), timeout=900)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    command = json.loads((run_dir / "run.json").read_text())["engine"]["details"]["command"]
+    assert "--enable-lora" in command and command[command.index("--max-lora-rank") + 1] == "8"
+    rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if not r["is_warmup"]]
+    assert len(measured) == 8 and all(r["ok"] for r in measured)
+    assert {r["adapter"] for r in measured} == {"lora-0", "lora-1"}
+    samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
+    assert any("running_adapters" in s for s in samples)  # vllm:lora_requests_info, as the sampler reads it
