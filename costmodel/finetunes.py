@@ -73,11 +73,13 @@ def decide_finetunes(decision: Decision, num_adapters: int, rows: tuple[Finetune
         f"{best.engine} at {point.level} ({point.request_per_s:.3g} requests/s a replica, measured with the adapters "
         f"sharing its batches); {best.fleet.total_replicas if best.fleet else '-'} replicas")]
     serverless = [r for r in rows if r.kind == "serverless-lora"]
+    per_request: dict[str, float] = {}  # each serverless row's price of one request of this traffic
     for row in serverless:
         markup, fee = row.base_price_markup or 1.0, row.usd_per_adapter_month
         own = next((p for p in best.providers if p.id.startswith(f"{row.host}/") and p.model == base.model), None)
         priced = own or base  # the host's own base price where the catalog has it, else the compared host's
         monthly = None if priced.monthly_usd is None else priced.monthly_usd * markup + num_adapters * fee
+        per_request[row.id] = priced.usd_per_request * markup
         fees = f" + {num_adapters} x {usd(fee)} a month" if fee else ""
         whose = "" if own else f" (no {row.host} row for {base.model})"
         options.append(FinetuneOption(row.label(), "serverless-lora", monthly,
@@ -95,10 +97,9 @@ def decide_finetunes(decision: Decision, num_adapters: int, rows: tuple[Finetune
             f"each fine-tune its own fleet for 1/{num_adapters} of the traffic at {usd(rate)}/GPU-h, "
             f"{assumptions.gpus_per_replica} GPU a replica, billed all month",
             row.id if row else None, row.retrieved if row else None, _is_stale(row, today) if row else False))
-    cheapest_serverless = min(serverless, key=lambda r: r.base_price_markup or 1.0, default=None)
+    cheapest_serverless = min(serverless, key=lambda r: (per_request[r.id], r.id), default=None)
     if cheapest_serverless is not None:
-        cross = crossover(point.request_per_s, best.isl, best.osl, assumptions,
-                          base.usd_per_request * (cheapest_serverless.base_price_markup or 1.0))
+        cross = crossover(point.request_per_s, best.isl, best.osl, assumptions, per_request[cheapest_serverless.id])
         crossover_tokens, reason = cross.monthly_tokens, cross.reason
     else:
         crossover_tokens, reason = None, "no serverless LoRA price in the catalog"

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from costmodel.finetunes import FinetuneDecision
 from costmodel.types import CostCurve, Decision, LevelBill, TaskDecision
 from loadgen.types import DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView, SessionLane
 from reports.ui_overhead import UiLevel
@@ -66,3 +67,4 @@ class ReportInput:
     skipped: tuple[str, ...] = ()  # run directories left out, and why
     cache_hit_source: str = "assumed"  # where the cost model's prompt-cache hit rate came from, in words
     tasks: TaskDecision | None = None  # agent sessions: the decision in tasks
+    finetunes: FinetuneDecision | None = None  # runs across LoRA adapters: N fine-tunes priced three ways

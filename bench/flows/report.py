@@ -37,12 +37,14 @@ from common.accuracy import Accuracy
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
+from costmodel.finetunes import decide_finetunes
 from costmodel.inputs import Traffic
 from costmodel.precision import normalized
 from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
+from loadgen.arrivals import parse_label
 from loadgen.quality.figures import accuracy
 from loadgen.recorder import read_jsonl
 from loadgen.sessions.figures import pick_lane
@@ -90,6 +92,8 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     tasks = task_decision(runs, labels, settings, catalog, today or date.today())
+    adapters = num_adapters(runs)
+    finetunes = decide_finetunes(decision, adapters, catalog.finetunes) if adapters else None
     through_ui = _through_ui(runs)
     report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes, tasks)
                         for run, label in zip(runs, labels, strict=True))
@@ -99,7 +103,7 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
         decision=decision, runs=report_runs, cost_curve=monthly_cost_curve(decision),
         settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
         price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
-        cache_hit_source=cache_hit_source, tasks=tasks)
+        cache_hit_source=cache_hit_source, tasks=tasks, finetunes=finetunes)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
 
@@ -199,9 +203,23 @@ def _kind(run: Run) -> str:
 
 
 def _measured(run: Run) -> tuple[LevelSummary, ...]:
-    """The levels the cost model uses: one kind only."""
+    """The levels the cost model uses: one kind only; of a sweep across adapter counts, those with the most
+    adapters (the fleet that serves them all)."""
     kind = _kind(run)
-    return tuple(s for s in run.summaries if s.kind == kind)
+    levels = tuple(s for s in run.summaries if s.kind == kind)
+    most = max((parse_label(s.level).adapters or 0 for s in levels), default=0)
+    if most:
+        levels = tuple(s for s in levels if parse_label(s.level).adapters == most)
+    return levels
+
+
+def num_adapters(runs: Sequence[Run]) -> int | None:
+    """How many fine-tunes the runs served: the most of an adapter-count sweep, else the adapters asked for."""
+    counts = [parse_label(s.level).adapters or 0 for run in runs for s in run.summaries]
+    if any(counts):
+        return max(counts)
+    names = {a.adapter for run in runs for s in _measured(run) for a in s.adapters or () if a.adapter != "(base)"}
+    return len(names) or None
 
 
 def read_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Run], list[str]]:

@@ -45,7 +45,7 @@ def test_each_request_asks_its_adapter_of_the_seeded_mix_and_each_level_reports_
         "weights:0.6,0.3,0.1"
 
 
-def test_a_sweep_across_adapter_counts_runs_the_base_model_alone_beside_them(scripted, tmp_path) -> None:
+def test_a_sweep_across_adapter_counts_runs_the_base_model_alone_beside_them(scripted, tmp_path, cli) -> None:
     scripted.set_script(ttft_ms=2, itl_ms=1, adapters=["a", "b", "c"])
     result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "2", "--requests", "30", "--warmup", "2",
                                "--output-tokens", "4", "--input-tokens", "8", "--adapters", "a,b,c",
@@ -55,6 +55,16 @@ def test_a_sweep_across_adapter_counts_runs_the_base_model_alone_beside_them(scr
     by_level = {level: {r["adapter"] for r in rows if r["level"] == level} for level in {r["level"] for r in rows}}
     assert by_level == {"c2+a0": {None}, "c2+a1": {"a"}, "c2+a3": {"a", "b", "c"}}
     assert "what each extra adapter costs" in result.stdout and "base alone" in result.stdout
+    # the report prices the 3 fine-tunes on the fleet measured with all three
+    run_dir = only_run_dir(tmp_path)
+    report = cli("report", str(run_dir), "--monthly-tokens", "3e9", "--gpu-price", "2",
+                 "--provider", "llama-3.1-8b", "--out", str(tmp_path / "report.html"))
+    assert report.exit_code == 0, report.output
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## LoRA fine-tunes: 3 adapters" in markdown and "| c2+a0 | base alone |" in markdown
+    assert "self-hosted, 3 adapters on one fleet" in markdown and "at c2+a3" in markdown
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert {o["kind"] for o in data["finetunes"]["options"]} == {"self-host", "serverless-lora", "dedicated"}
 
 
 def test_an_adapter_the_server_does_not_list_is_said_before_any_request(scripted, tmp_path) -> None:
