@@ -18,44 +18,15 @@ fleet held at what was measured. Pure functions: the catalog rows come in, nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import date
 
 from common.units import usd
 from costmodel.fleet import crossover, fleet_for
 from costmodel.prices import MAX_DEFAULT_AGE_DAYS, FinetunePrice
-from costmodel.types import Decision
+from costmodel.types import Decision, FinetuneDecision, FinetuneOption
 
 MAX_ADAPTERS = 10_000  # the crossover in adapters is looked for up to this many
-
-
-@dataclass(frozen=True)
-class FinetuneOption:
-    """One way to serve the N fine-tunes, its monthly cost at the traffic (None: no traffic given), and why."""
-
-    label: str
-    kind: str  # self-host, serverless-lora or dedicated
-    monthly_usd: float | None
-    detail: str
-    row_id: str | None = None
-    retrieved: date | None = None
-    is_stale: bool = False  # the row is undated, or over a year old on the day of the decision
-
-
-@dataclass(frozen=True)
-class FinetuneDecision:
-    num_adapters: int
-    monthly_tokens: float | None
-    options: tuple[FinetuneOption, ...]
-    crossover_tokens: float | None  # self-hosting against the cheapest serverless LoRA
-    crossover_reason: str
-    crossover_adapters: int | None  # the fewest fine-tunes for which N dedicated deployments cost more
-    lines: tuple[str, ...]
-
-    @property
-    def cheapest(self) -> FinetuneOption | None:
-        priced = [o for o in self.options if o.monthly_usd is not None]
-        return min(priced, key=lambda o: o.monthly_usd or 0.0) if priced else None
 
 
 def decide_finetunes(decision: Decision, num_adapters: int, rows: tuple[FinetunePrice, ...]) -> FinetuneDecision | None:

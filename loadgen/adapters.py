@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.types import RequestSpec
+from loadgen.arrivals import parse_label
+from loadgen.types import AdapterCount, LevelSummary, RequestSpec
 
 MIX_FORMS = "uniform, zipf:S (S > 0) or weights:W1,W2,... (one weight per adapter, or NAME=W,...)"
 _TABLE_CHUNK = 4096
@@ -182,3 +183,21 @@ def plan_adapters(settings: object, seed: int) -> AdapterPlan | None:
                                   f"than the {len(names)} adapters given")
         counts = tuple(dict.fromkeys([0, *sorted(settings.counts)]))  # the base model alone first: the yardstick
     return AdapterPlan(served, mix, counts)
+
+
+def adapter_counts(summaries: Sequence[LevelSummary]) -> list[AdapterCount]:
+    """The levels of an adapter-count sweep (`c16+a4`), each against the base model alone (`c16+a0`) at the same
+    load and repeat: what the extra adapters cost in throughput and TTFT p95."""
+    base = {(s.engine, s.target, s.repeat): s for s in summaries if parse_label(s.level).adapters == 0}
+    rows = []
+    for s in summaries:
+        count = parse_label(s.level).adapters
+        if count is None:
+            continue
+        ref = base.get((s.engine, s.target, s.repeat))
+        out, ttft = s.throughput.output_tokens_per_s, s.latency.ttft_ms.p95
+        ref_out = ref.throughput.output_tokens_per_s if ref else None
+        ref_ttft = ref.latency.ttft_ms.p95 if ref else None
+        rows.append(AdapterCount(s.level, count, out, out / ref_out if ref_out else None, ttft,
+                                 ttft / ref_ttft if ttft and ref_ttft else None))
+    return rows

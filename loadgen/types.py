@@ -390,6 +390,18 @@ class AdapterFigures:
 
 
 @dataclass(frozen=True)
+class AdapterCount:
+    """A level of a sweep across adapter counts beside the base model alone at the same load and repeat."""
+
+    level: str
+    adapters: int  # 0: the base model alone
+    output_tokens_per_s: float
+    throughput_ratio: float | None  # over the base model's at the same load
+    ttft_p95_ms: float | None
+    ttft_ratio: float | None
+
+
+@dataclass(frozen=True)
 class SessionFigures:
     """A level of agent sessions, session by session (`loadgen.sessions.figures`). A session is completed when
     every call it holds was answered; cut when the level ended first; failed when one of its calls failed."""

@@ -16,7 +16,6 @@ from typing import Any
 
 from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, LevelCost, ProviderCost, Verdict
-from loadgen.arrivals import parse_label
 from loadgen.types import LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
@@ -96,25 +95,12 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
 def _finetunes(inp: ReportInput) -> dict[str, Any] | None:
     """Runs across LoRA adapters: N fine-tunes priced three ways, each level's adapters, and what each extra
     adapter cost against the base model alone at the same load."""
-    runs_with = [run for run in inp.runs if any(s.adapters is not None or parse_label(s.level).adapters is not None
-                                                for s in run.summaries)]
-    if inp.finetunes is None and not runs_with:
-        return None
-    levels, counts = [], []
-    for run in runs_with:
-        base = {(s.target, s.repeat): s for s in run.summaries if parse_label(s.level).adapters == 0}
-        for s in run.summaries:
-            levels += [{"engine": run.label, "level": s.level, **asdict(a)} for a in s.adapters or ()]
-            count = parse_label(s.level).adapters
-            if count is None:
-                continue
-            ref = base.get((s.target, s.repeat))
-            out, ref_out = s.throughput.output_tokens_per_s, ref.throughput.output_tokens_per_s if ref else None
-            ttft, ref_ttft = s.latency.ttft_ms.p95, ref.latency.ttft_ms.p95 if ref else None
-            counts.append({"engine": run.label, "level": s.level, "adapters": count, "output_tokens_per_s": out,
-                           "throughput_ratio": out / ref_out if ref_out else None, "ttft_p95_ms": ttft,
-                           "ttft_ratio": ttft / ref_ttft if ttft and ref_ttft else None})
+    levels = [{"engine": run.label, "level": s.level, **asdict(a)} for run in inp.runs for s in run.summaries
+              for a in s.adapters or ()]
+    counts = [{"engine": run.label, **asdict(c)} for run in inp.runs for c in run.adapter_counts]
     said = inp.finetunes
+    if said is None and not levels and not counts:
+        return None
     return {"num_adapters": said.num_adapters if said else None, "options": list(said.options) if said else [],
             "lines": list(said.lines) if said else [], "levels": levels, "counts": counts}
 

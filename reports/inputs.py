@@ -11,9 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from costmodel.finetunes import FinetuneDecision
-from costmodel.types import CostCurve, Decision, LevelBill, TaskDecision
-from loadgen.types import DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView, SessionLane
+from costmodel.types import CostCurve, Decision, FinetuneDecision, LevelBill, TaskDecision
+from loadgen.types import AdapterCount, DatasetInfo, GpuView, LevelSummary, RepeatedLevel, ServerView, SessionLane
 from reports.ui_overhead import UiLevel
 
 
@@ -39,6 +38,7 @@ class ReportRun:
     capacity: dict[str, Any] | None = None  # capacity.json of a capacity search: its answer and its trail
     dataset: DatasetInfo | None = None  # the traffic replayed, when it came from a file
     workload: str | None = None  # otherwise the synthetic workload's lengths, in words
+    adapter_counts: tuple[AdapterCount, ...] = ()  # a sweep across adapter counts, against the base model alone
     keep_text: bool = False  # requests.jsonl holds the prompts and answers (--keep-text)
     bills: tuple[LevelBill, ...] = ()  # each level's usage at the compared provider's prices
     gpu_views: tuple[GpuView, ...] = ()  # each level as its GPUs saw it (power, utilization), when read

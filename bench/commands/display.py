@@ -17,6 +17,7 @@ from bench.flows.tune import ConfigResult
 from common.units import share, usd
 from costmodel.finetunes import FinetuneDecision
 from engines.availability import Availability
+from loadgen.adapters import adapter_counts
 from loadgen.arrivals import Level, parse_label
 from loadgen.quality.results import Scores
 from loadgen.runner import LevelBounds
@@ -180,25 +181,24 @@ def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
     """A sweep across adapter counts: each count's throughput and TTFT beside the base model's at the same load,
     and the distinct adapters the server's batch held (vLLM's LoRA series, where it publishes it)."""
     by_level = {v.level: v for v in views}
-    base = {(s.engine, parse_label(s.level).target, s.repeat): s for s in summaries
-            if parse_label(s.level).adapters == 0}
+    notes = {s.level: _note(s) for s in summaries}
+    tpot = {s.level: s.latency.tpot_ms.p50 for s in summaries}
+    engines = {s.level: s.engine for s in summaries}
     table = Table(title=title)
-    for name in ("engine", "level", "adapters", "out tok/s", "x", "TTFT p50/p95 ms", "x p95", "TPOT p50 ms",
+    for name in ("engine", "level", "adapters", "out tok/s", "x", "TTFT p95 ms", "x p95", "TPOT p50 ms",
                  "adapters a batch", "note"):
         table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
-    for s in summaries:
-        count = parse_label(s.level).adapters
-        if count is None:
-            continue
-        ref = base.get((s.engine, s.target, s.repeat))
-        out, ttft = s.throughput.output_tokens_per_s, s.latency.ttft_ms.p95
-        x_out = f"{out / ref.throughput.output_tokens_per_s:.2f}" if ref and ref.throughput.output_tokens_per_s else "-"
-        x_ttft = f"{ttft / ref.latency.ttft_ms.p95:.2f}" if ref and ttft and ref.latency.ttft_ms.p95 else "-"
-        view = by_level.get(s.level)
-        table.add_row(s.engine, s.level, str(count) if count else "base alone", _fmt(out, 1), x_out,
-                      f"{_fmt(s.latency.ttft_ms.p50)}/{_fmt(ttft)}", x_ttft, _fmt(s.latency.tpot_ms.p50),
-                      _fmt(view.mean_running_adapters, 1) if view else "-", _note(s))
+    for c in adapter_counts(summaries):
+        view = by_level.get(c.level)
+        table.add_row(engines[c.level], c.level, str(c.adapters) if c.adapters else "base alone",
+                      _fmt(c.output_tokens_per_s, 1), _ratio(c.throughput_ratio), _fmt(c.ttft_p95_ms),
+                      _ratio(c.ttft_ratio), _fmt(tpot[c.level]),
+                      _fmt(view.mean_running_adapters, 1) if view else "-", notes[c.level])
     return table
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"
 
 
 def finetunes_table(d: FinetuneDecision) -> Table:

@@ -44,6 +44,7 @@ from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
+from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.figures import accuracy
 from loadgen.recorder import read_jsonl
@@ -308,7 +309,8 @@ def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
         ui_levels=_ui_levels(run, through_ui), gpu_names=None if gpus is None else tuple(gpus),
         provenance=_provenance(info), repeated=run.repeated, capacity=run.capacity, dataset=info.dataset,
         workload=_workload_text(info), keep_text=bool(info.scenario and info.scenario.workload.keep_text),
-        bills=_bills(run, decision, catalog), plan=memory_plan(run), session_lane=_session_lane(run, tasks))
+        bills=_bills(run, decision, catalog), plan=memory_plan(run), session_lane=_session_lane(run, tasks),
+        adapter_counts=tuple(adapter_counts(run.summaries)))
 
 
 def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:
