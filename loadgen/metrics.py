@@ -94,7 +94,7 @@ def summarize_columns(
     label = parse_label(c.level)
     open_loop = bool(np.any(~np.isnan(t["scheduled_s"])))
     kind = "trace" if label.kind == "trace" else "rate" if open_loop else "concurrency"
-    first, last = _first_and_last_chunk(c)
+    first, last = first_and_last_chunk(c)
     summary = LevelSummary(
         engine=c.engine, level=c.level, kind=kind, target=label.target, base_level=label.base, repeat=label.repeat,
         requests=_request_counts(c), throughput=_throughput(c, kind, ok & _meets_slo(c, slo, first, last), last),
@@ -204,7 +204,7 @@ def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:
     )
 
 
-def _first_and_last_chunk(c: LevelColumns) -> tuple[np.ndarray, np.ndarray]:
+def first_and_last_chunk(c: LevelColumns) -> tuple[np.ndarray, np.ndarray]:
     """Each request's first and last chunk time (NaN for a request without chunks)."""
     has = c.num_chunks > 0
     first, last = np.full(len(c), np.nan), np.full(len(c), np.nan)
@@ -233,6 +233,12 @@ def _latency_distributions(c: LevelColumns, ok: np.ndarray, first: np.ndarray,
         "schedule_lag_ms": Distribution.of(delay[scheduled] * ms),
         "send_delay_ms": Distribution.of((t["send_s"][dispatched] - t["dispatch_s"][dispatched]) * ms),
     }
+
+
+def inter_token_gaps_s(c: LevelColumns, ok: np.ndarray) -> np.ndarray:
+    """ITL's values, in seconds: every gap before a chunk of an ok request, spread over the chunk's tokens."""
+    gaps, tokens = _gaps(c, ok)
+    return gaps if tokens is None else np.repeat(gaps / np.maximum(tokens, 1), tokens)
 
 
 def _gap_distributions(c: LevelColumns, ok: np.ndarray) -> dict[str, Distribution]:

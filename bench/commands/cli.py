@@ -340,6 +340,24 @@ def _without(argv: list[str], *flags: str) -> list[str]:
 
 
 @app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`."),
+    format: str = typer.Option(..., "--format", help="llmd-report (llm-d's Benchmark Report 0.1, one JSON file a "
+                                                     "level) or csv (one row a level, every figure)."),
+    out: Path = typer.Option(None, help="Folder to write in (default: the run directory)."),
+) -> None:
+    """Write a run in another tool's format: llm-d's Benchmark Report, or a CSV for a spreadsheet."""
+    from bench.flows.export import ExportError, export_run
+
+    try:
+        written = export_run(run_dir, format, out)
+    except ExportError as exc:
+        fail(str(exc))
+    for path in written:
+        console.print(str(path), highlight=False)
+
+
+@app.command()
 def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
     """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
     from bench.commands.display import comparison_table

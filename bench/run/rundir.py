@@ -182,6 +182,16 @@ def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO) -
     return summaries
 
 
+def level_spans(run_dir: Path) -> dict[str, tuple[float, float]]:
+    """Each finished level's measured part, in unix seconds."""
+    return _spans(read_level_runs(run_dir))
+
+
+def telemetry_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """The server's (and GPUs') samples, one a second, as telemetry.jsonl holds them."""
+    return _samples(run_dir / TELEMETRY_FILE)
+
+
 def _spans(level_runs: dict[str, dict[str, Any]]) -> dict[str, tuple[float, float]]:
     """Each finished level's measured part, in unix seconds (what telemetry samples are matched against)."""
     spans = {}
