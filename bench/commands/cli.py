@@ -340,6 +340,49 @@ def _without(argv: list[str], *flags: str) -> list[str]:
 
 
 @app.command()
+def history(
+    runs: Path = typer.Option(Path("runs"), help="The runs folder whose history to read (.history/ in it)."),
+    engine: str = typer.Option(None, help="Only this engine (its name in run.json: reference, vllm, endpoint, ...)."),
+    model: str = typer.Option(None, help="Only this model (as the engine served it)."),
+    level: str = typer.Option(None, help="Only this level, e.g. c32."),
+    metric: str = typer.Option("output_tokens_per_s", help="output_tokens_per_s, request_per_s, ttft_p50_ms, "
+                                                           "ttft_p95_ms, tpot_p50_ms or e2e_p50_ms."),
+    import_runs: list[Path] = typer.Option(None, "--import", help="Run directories made before the history "
+                                                                  "existed, added to it (repeatable)."),
+) -> None:
+    """Each configuration's trend, run after run, and whether the newest one regressed (outside the 95 % interval of
+    the earlier runs); writes history.html with the plots."""
+    from bench.commands.display import history_table
+    from bench.flows.history import write_history_page
+    from bench.flows.report import run_precision
+    from bench.run import history as hist
+    from bench.run.rundir import RunDirError, read_run
+
+    if import_runs:
+        added = 0
+        for run_dir in import_runs:
+            try:
+                run = read_run(run_dir)
+            except RunDirError as exc:
+                fail(str(exc))
+            if not run.summaries:
+                fail(f"--import {run_dir}: no measured level in it")
+            added += hist.record_run(run, runs, run_precision(run))
+        console.print(f"{added} levels of {len(import_runs)} run(s) added to {hist.history_path(runs)}")
+    try:
+        trends = hist.trends(runs, metric, engine, model, level)
+    except hist.HistoryError as exc:
+        fail(str(exc))
+    if not trends:
+        fail("no run of the history matches --engine / --model / --level")
+    console.print(history_table(trends))
+    page = write_history_page(trends, metric, hist.history_path(runs).parent / "history.html")
+    console.print(f"history: {page}", highlight=False)
+    if any(t.verdict == "regression" for t in trends):
+        raise typer.Exit(1)
+
+
+@app.command()
 def export(
     run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`."),
     format: str = typer.Option(..., "--format", help="llmd-report (llm-d's Benchmark Report 0.1, one JSON file a "

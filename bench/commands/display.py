@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bench.flows.tune import ConfigResult
+from bench.run.history import Trend
 from common.units import share, usd
 from costmodel.finetunes import FinetuneDecision
 from engines.availability import Availability
@@ -199,6 +200,20 @@ def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
 
 def _ratio(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
+
+
+def history_table(trends: list[Trend]) -> Table:
+    """Each configuration's runs at each level, oldest to newest, and what the newest did."""
+    metric = trends[0].metric if trends else ""
+    table = Table(title=f"history of {metric} (newest last; its expected range from the earlier runs, 95 %)")
+    for name in ("configuration", "level", "runs", "values", "expected", "newest"):
+        table.add_column(name, justify="left" if name in ("configuration", "level", "newest") else "right")
+    for t in trends:
+        values = " ".join(f"{p.value:.4g}" for p in t.points[-6:])
+        expected = f"{t.interval[0]:.4g} to {t.interval[1]:.4g}" if t.interval else "-"
+        table.add_row(t.label, t.level, str(len(t.points)), ("... " if len(t.points) > 6 else "") + values,
+                      expected, t.verdict)
+    return table
 
 
 def finetunes_table(d: FinetuneDecision) -> Table:

@@ -179,7 +179,7 @@ def _config_flags(flags: MeasureFlags, plan: Tune, args: dict[str, str]) -> Meas
 
 
 def _new_run_dir(folder: Path, before: set[Path]) -> str | None:
-    made = sorted(p for p in set(folder.iterdir()) - before if p.is_dir())
+    made = sorted(p for p in set(folder.iterdir()) - before if p.is_dir() and not p.name.startswith("."))
     return made[-1].name if made else None
 
 

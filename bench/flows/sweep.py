@@ -257,7 +257,24 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
             measured = rundir.read_run(run_dir)
             rundir.write_summaries(run_dir, list(measured.summaries))
+            if status == "complete" and measured.summaries:
+                _remember(measured, plan.runs_root)
     return SweepResult(run_dir, measured, status)
+
+
+def _remember(run: Run, runs_root: Path) -> None:
+    """The finished run's levels into the runs folder's history (`bench history`); a history that can't be
+    written costs the run nothing."""
+    import logging
+    import sqlite3
+
+    from bench.flows.report import run_precision
+    from bench.run.history import record_run
+
+    try:
+        record_run(run, runs_root, run_precision(run))
+    except (sqlite3.Error, OSError) as exc:
+        logging.getLogger(__name__).warning("the run was not added to %s's history: %s", runs_root, exc)
 
 
 def _run_levels(

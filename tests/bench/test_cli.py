@@ -29,7 +29,7 @@ def sweep_args(server: ScriptedServer, out: Path, *extra: str) -> list[str]:
 
 
 def only_run_dir(out: Path) -> Path:
-    (run_dir,) = list(out.iterdir())
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith('.')]
     return run_dir
 
 
@@ -169,7 +169,7 @@ def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_p
     for _ in range(2):
         assert bench(*sweep_args(scripted, tmp_path, "--concurrency", "1,2", "--requests", "4",
                                  "--output-tokens", "8")).returncode == 0
-    run_dirs = sorted(tmp_path.iterdir())
+    run_dirs = sorted(p for p in tmp_path.iterdir() if not p.name.startswith("."))  # .history is no run
     result = bench("compare", *map(str, run_dirs))
     assert result.returncode == 0, result.stderr
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()

@@ -48,7 +48,7 @@ def test_lm_eval_scores_a_local_task_against_the_endpoint_as_the_quiz_answers_it
                    "--engine", "endpoint", "--base-url", scripted.base_url, "--model", "scripted",
                    "--concurrency", "2", "--out", str(tmp_path / "runs"), timeout=600)
     assert result.returncode == 0, result.stderr
-    (run_dir,) = list((tmp_path / "runs").iterdir())
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith('.')]
     quality = json.loads((run_dir / "quality.json").read_text())
     score = quality["lm_eval"]["scores"]["bench_quiz"]
     assert score["n"] == 40

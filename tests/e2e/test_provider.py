@@ -192,7 +192,7 @@ def test_a_report_against_a_provider_shows_reasoning_throttling_cache_hits_and_t
                                "--shared-prefix", "1:64", "--input-tokens", "96", "--output-tokens", "16"),
                    timeout=180)
     assert result.returncode == 0, result.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = next(p for p in tmp_path.iterdir() if not p.name.startswith('.'))
     assert json.loads((run_dir / "run.json").read_text())["client"]["on_throttle"] == "retry"
     report = json.loads((run_dir / "report.json").read_text())
     provider = report["engines"][0]["provider"]

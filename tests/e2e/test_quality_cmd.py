@@ -68,13 +68,13 @@ def test_an_earlier_run_is_the_reference_answer_by_answer_with_first_tokens_wher
             scripted.base_url, "--model", "scripted", "--logprobs"]
     first = bench(*args, "--out", str(tmp_path / "first"), timeout=120)
     assert first.returncode == 0, first.stderr
-    (reference,) = list((tmp_path / "first").iterdir())
+    (reference,) = [p for p in (tmp_path / "first").iterdir() if not p.name.startswith('.')]
     rows = [json.loads(line) for line in (reference / "requests.jsonl").read_text().splitlines()]
     assert all(r["answer_sha256"] and r["first_token_sha256"] and r["output_text"] is None for r in rows)
     scripted.set_script(ttft_ms=1, itl_ms=1, right_share=0.7)
     second = bench(*args, "--out", str(tmp_path / "second"), "--against", str(reference), timeout=120)
     assert second.returncode == 0, second.stderr
-    (run_dir,) = list((tmp_path / "second").iterdir())
+    (run_dir,) = [p for p in (tmp_path / "second").iterdir() if not p.name.startswith('.')]
     quality = json.loads((run_dir / "quality.json").read_text())
     same = sum(quiz_is_right(q, 0.5) == quiz_is_right(q, 0.7) for q in questions)
     agreement = quality["agreement"]
@@ -91,7 +91,7 @@ def test_a_reference_run_of_another_eval_is_refused_naming_it(scripted, tmp_path
     scripted.set_script(ttft_ms=1, itl_ms=1, right_share=0.5)
     args = ["quality", "--engine", "endpoint", "--base-url", scripted.base_url, "--model", "scripted"]
     assert bench(*args, "--eval", str(tmp_path / "quiz.jsonl"), "--out", str(tmp_path / "a")).returncode == 0
-    (reference,) = list((tmp_path / "a").iterdir())
+    (reference,) = [p for p in (tmp_path / "a").iterdir() if not p.name.startswith('.')]
     refused = bench(*args, "--eval", str(tmp_path / "other.jsonl"), "--out", str(tmp_path / "b"),
                     "--against", str(reference))
     assert refused.returncode == 2
@@ -107,7 +107,7 @@ def test_the_report_puts_accuracy_beside_cost_and_a_floor_above_the_interval_kee
     asked = bench("quality", "--eval", str(tmp_path / "quiz.jsonl"), "--engine", "endpoint", "--base-url",
                   scripted.base_url, "--model", "scripted", "--out", str(tmp_path / "runs"), timeout=120)
     assert asked.returncode == 0, asked.stderr
-    (run_dir,) = list((tmp_path / "runs").iterdir())
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith('.')]
     quality = json.loads((run_dir / "quality.json").read_text())
     report = bench("report", str(run_dir), "--gpu", "h100-sxm", "--min-accuracy", "0.9", "--out",
                    str(tmp_path / "report.html"))

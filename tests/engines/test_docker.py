@@ -106,7 +106,7 @@ def _start_container_sweep(tmp_path) -> tuple[subprocess.Popen[str], Path]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(p.stat().st_size for p in out.glob("*/requests.jsonl")):
         time.sleep(0.2)
-    (run_dir,) = list(out.iterdir())
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith('.')]
     return process, run_dir
 
 

@@ -24,7 +24,7 @@ def sweep(server: ScriptedServer, out: Path, *extra: str) -> Path:
                              "scripted", "--out", str(out), "--output-tokens", "16", "--input-tokens",
                              "uniform:40:80", *extra], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    (run_dir,) = list(out.iterdir())
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith('.')]
     return run_dir
 
 
@@ -64,6 +64,6 @@ def interrupted_run(_scripted_server_process: ScriptedServer, tmp_path_factory: 
         process.communicate(timeout=20)
     finally:
         process.kill()
-    (run_dir,) = list(out.iterdir())
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith('.')]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     return run_dir

@@ -162,7 +162,7 @@ def test_a_swept_reference_engine_on_the_stand_in_h100_reports_its_plan(tmp_path
         env={**os.environ, "PATH": path},
     )
     assert result.returncode == 0, result.stderr
-    (run_dir,) = list(out.iterdir())
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith('.')]
     plan = json.loads((run_dir / "report.json").read_text())["engines"][0]["plan"]
     assert (plan["model"], plan["gpu"], plan["gpus_recorded"]) == ("dummy:tiny", "h100-sxm", H100_NAME)
     summary = {row["level"]: row for row in json.loads((run_dir / "summary.json").read_text())}

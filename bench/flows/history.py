@@ -1,0 +1,64 @@
+"""`bench history`'s page: each configuration's trend at each level, plotted, with the newest run's verdict.
+
+One self-contained `history.html` (plots embedded), beside the database in the runs folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import jinja2
+
+from bench.run.history import METRICS, Trend
+
+PAGE = jinja2.Template("""<!doctype html>
+<html><head><meta charset="utf-8"><title>history: {{ metric }}</title>
+<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{padding:.2em .6em}
+.regression{color:#b00}.improvement{color:#070}</style></head><body>
+<h1>History of {{ metric }}</h1>
+<p>Each configuration (engine and version, model and weights, engine arguments, scenario, hardware) at each
+level, its runs in time order. The newest run is flagged when it lies outside the 95 % interval of the earlier
+runs of the same configuration.</p>
+{% for t, image in items %}
+<h2>{{ t.label }}, {{ t.level }}</h2>
+<p class="{{ t.verdict }}">{{ t.verdict }}{% if t.interval %}: expected {{ "%.4g" | format(t.interval[0]) }} to
+{{ "%.4g" | format(t.interval[1]) }}, measured {{ "%.4g" | format(t.points[-1].value) }}{% endif %}</p>
+<img alt="{{ t.label }} {{ t.level }}" src="data:image/png;base64,{{ image }}">
+<table><tr><th>run</th><th>finished</th><th>{{ metric }}</th><th>repeats</th></tr>
+{% for p in t.points %}<tr><td>{{ p.run_id }}</td><td>{{ p.finished_at }}</td><td>{{ "%.4g" | format(p.value) }}</td>
+<td>{{ p.values | length }}</td></tr>{% endfor %}</table>
+{% endfor %}
+</body></html>
+""")
+
+
+def write_history_page(trends: Sequence[Trend], metric: str, path: Path) -> Path:
+    path.write_text(PAGE.render(metric=metric, items=[(t, _plot(t)) for t in trends]))
+    return path
+
+
+def _plot(trend: Trend) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 2.6))
+    xs = list(range(1, len(trend.points) + 1))
+    axes.plot(xs, [p.value for p in trend.points], marker="o")
+    for x, point in zip(xs, trend.points, strict=True):
+        if len(point.values) > 1:
+            axes.scatter([x] * len(point.values), point.values, s=8, color="grey")
+    if trend.interval is not None:
+        axes.axhspan(*trend.interval, color="tab:blue", alpha=0.12, label="expected (95 %)")
+        axes.legend(loc="best", fontsize=8)
+    axes.set_xlabel("run (in time order)")
+    axes.set_ylabel(trend.metric + ("" if METRICS[trend.metric][1] else " (lower is better)"))
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
