@@ -410,7 +410,7 @@ def _sensitivity(decision: Decision) -> dict[str, Any] | None:
 
 
 RECORDED = ("started_at", "finished_at", "tool", "engine", "endpoint", "hardware", "scenario", "workload", "load",
-            "levels_planned")  # what a run's provenance holds from its run.json, in the report's order
+            "levels_planned", "source")  # what a run's provenance holds from its run.json, in the report's order
 
 
 def _provenance(run: ReportRun) -> dict[str, Any]:

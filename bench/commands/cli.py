@@ -339,6 +339,24 @@ def _without(argv: list[str], *flags: str) -> list[str]:
     return kept
 
 
+@app.command("import")
+def import_(
+    files: list[Path] = typer.Argument(..., help="Result files, one level each (vLLM: `vllm bench serve "
+                                                 "--save-result` JSON, one per concurrency or rate)."),
+    from_: str = typer.Option(..., "--from", help="The tool that wrote them: vllm (guidellm and aiperf: not yet)."),
+    out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
+) -> None:
+    """Another tool's saved results as a run directory: bench report, compare and cost read it like a measured one."""
+    from bench.flows.importing import import_results
+    from bench.imports import ImportFileError
+
+    try:
+        run_dir = import_results(files, from_, out)
+    except ImportFileError as exc:
+        fail(str(exc))
+    console.print(f"run directory: {run_dir}", highlight=False)
+
+
 @app.command()
 def history(
     runs: Path = typer.Option(Path("runs"), help="The runs folder whose history to read (.history/ in it)."),

@@ -24,7 +24,7 @@ import csv
 import io
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ import orjson
 from bench.flows.capacity import read_capacity
 from bench.run.runinfo import RunInfo
 from loadgen.columns import columns_by_level
-from loadgen.metrics import cut_short, summarize_columns
+from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
@@ -144,8 +144,8 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
     screenshot = run_dir / ui.page.screenshot if ui and ui.page and ui.page.screenshot else None
     replicas = _replica_views(run_dir, spans)
     return Run(
-        run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo)),
-        finished=tuple(level_runs),
+        run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo, info)),
+        finished=tuple(level_runs) if info.imported is None else tuple(info.levels),  # an import: every level ended
         # Behind a router the server is its replicas: their views summed (the router's own port serves no
         # engine series, or one replica's).
         server_views=tuple(_summed(replicas, spans) if replicas else
@@ -161,10 +161,15 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
     """Every level's summary recomputed from the records on disk, in the order the levels ran (what a sweep
     rewrites after each level; `read_run` for all the rest)."""
     info = read_run_info(run_dir)
-    return _summaries(run_dir, read_level_runs(run_dir), slo or info.slo)
+    return _summaries(run_dir, read_level_runs(run_dir), slo or info.slo, info)
 
 
-def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO) -> list[LevelSummary]:
+IMPORTED_FOLDER = "imported"  # an imported run's source files, read again each time the run is read
+
+
+def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO, info: RunInfo) -> list[LevelSummary]:
+    if info.imported is not None:
+        return imported_summaries(run_dir, info, slo)
     records_path = run_dir / REQUESTS_FILE
     if not records_path.is_file():
         return []
@@ -179,6 +184,35 @@ def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO) -
                                     ConnectProbe(**network) if network else None, workers,
                                     MachineLoad.from_json(machine) if machine else None, ran)
         summaries.append(summary if row else cut_short(summary, columns))
+    return summaries
+
+
+def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSummary]:
+    """An imported run's levels, read again from its source files (`bench import`): summarized as measured
+    ones where the file holds each request, else the file's own figures, invalid where the SLO limits a
+    latency whose p95 the file does not give."""
+    from bench.imports import READERS
+
+    assert info.imported is not None
+    reader = READERS[info.imported.tool]
+    summaries = []
+    for item in info.imported.files:
+        level = reader(run_dir / IMPORTED_FOLDER / item.name, info.run_id)
+        if level.records:
+            summary = summarize(list(level.records), slo)
+            summaries.append(replace(summary, notes=[*level.notes, *summary.notes]))
+            continue
+        assert level.summary is not None
+        s = level.summary
+        missing = [name for name, dist, limit in (("TTFT", s.latency.ttft_ms, slo.ttft_ms),
+                                                  ("TPOT", s.latency.tpot_ms, slo.tpot_ms),
+                                                  ("E2E", s.latency.e2e_ms, slo.e2e_ms))
+                   if limit is not None and dist.p95 is None]
+        if missing:
+            s = replace(s, is_valid=False, invalid_reasons=[
+                f"the file gives no p95 {', '.join(missing)} to check the SLO against (save it with "
+                "--metric-percentiles 50,90,95,99)"])
+        summaries.append(s)
     return summaries
 
 

@@ -249,6 +249,28 @@ class Seeds:
     warmup: int = 0
 
 
+@dataclass(frozen=True)
+class ImportedFile:
+    name: str  # as kept in the run directory's imported/ folder
+    sha256: str
+    source: str  # where it was read from
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """A run made by another tool, read from its saved results (`bench import`): which tool, its version where
+    the files say it, and each file with its sha256."""
+
+    tool: str  # vllm, guidellm, aiperf
+    version: str | None = None
+    files: list[ImportedFile] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ImportRecord:
+        return cls(tool=str(raw["tool"]), version=raw.get("version"),
+                   files=[_known(ImportedFile, f) for f in raw.get("files") or []])
+
+
 @dataclass
 class RunInfo:
     """run.json. `scenario` is the resolved scenario the run measured; `levels` the labels planned, in order
@@ -272,6 +294,7 @@ class RunInfo:
     engine_spec: EngineFile | None = None
     resumed_at: list[str] = field(default_factory=list)
     dataset: DatasetInfo | None = None  # a replayed file: its sha256, counts and lengths, never its text
+    imported: ImportRecord | None = None  # made by another tool and imported (`bench import`)
     unread: list[str] = field(default_factory=list)  # parts run.json lacked or this version could not read
 
     @classmethod
@@ -303,9 +326,10 @@ class RunInfo:
             plan=part("plan", PlanRecord.from_json) or PlanRecord(),
             engine_spec=part("engine_spec", lambda v: EngineFile.model_validate(v) if v else None),
             resumed_at=list(raw.get("resumed_at") or []), dataset=part("dataset", DatasetInfo.from_json),
+            imported=part("imported", ImportRecord.from_json),
         )
-        # An endpoint, telemetry and a dataset are absent for good reasons (not launched yet, none given).
-        info.unread = [key for key in unread if key not in ("endpoint", "telemetry", "dataset")]
+        # An endpoint, telemetry, a dataset and an import are absent for good reasons (not launched yet, none given).
+        info.unread = [key for key in unread if key not in ("endpoint", "telemetry", "dataset", "imported")]
         return info
 
     def to_json(self) -> dict[str, Any]:
@@ -319,6 +343,7 @@ class RunInfo:
             "telemetry": self.telemetry.to_json() if self.telemetry else None, "plan": self.plan.to_json(),
             "engine_spec": self.engine_spec.model_dump(mode="json") if self.engine_spec else None,
             "resumed_at": self.resumed_at, "dataset": asdict(self.dataset) if self.dataset else None,
+            **({"imported": asdict(self.imported)} if self.imported else {}),
         }
 
     @property
