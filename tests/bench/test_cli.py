@@ -164,15 +164,16 @@ def test_engines_lists_every_kind_with_whether_it_can_run_here() -> None:
     assert "torch" in result.stdout
 
 
-def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_path) -> None:
+def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_path, cli) -> None:
     scripted.set_script(ttft_ms=10, itl_ms=5)
-    for _ in range(2):
-        assert bench(*sweep_args(scripted, tmp_path, "--concurrency", "1,2", "--requests", "4",
-                                 "--output-tokens", "8")).returncode == 0
+    for _ in range(2):  # in this process: no start-up each
+        made = cli(*sweep_args(scripted, tmp_path, "--concurrency", "1,2", "--requests", "4", "--output-tokens", "8",
+                               "--no-report"))
+        assert made.exit_code == 0, made.output
     run_dirs = sorted(p for p in tmp_path.iterdir() if not p.name.startswith("."))  # .history is no run
-    result = bench("compare", *map(str, run_dirs))
-    assert result.returncode == 0, result.stderr
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()
+    result = cli("compare", *map(str, run_dirs))
+    assert result.exit_code == 0, result.output
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines()
             if "endpoint" in line]
     speed = {(run_dir.name, row["level"]): row["output_tokens_per_s"] for run_dir in run_dirs
              for row in json.loads((run_dir / "summary.json").read_text())}
@@ -180,8 +181,8 @@ def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_p
     assert [(row[0], row[2], row[5]) for row in rows] == [
         (run_dir.name, level, f"{speed[run_dir.name, level] / speed[run_dirs[0].name, level]:.2f}")
         for level in ("c1", "c2") for run_dir in run_dirs]
-    missing = bench("compare", str(tmp_path / "nope"))
-    assert missing.returncode == 2 and "no run.json" in missing.stderr
+    missing = cli("compare", str(tmp_path / "nope"))
+    assert missing.exit_code == 2 and "no run.json" in missing.output
 
 
 

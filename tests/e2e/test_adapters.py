@@ -19,14 +19,13 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
 
 
-def test_each_request_asks_its_adapter_of_the_seeded_mix_and_each_level_reports_them(scripted, tmp_path) -> None:
+def test_each_request_asks_its_adapter_of_the_seeded_mix_and_each_level_reports_them(scripted, tmp_path, cli) -> None:
     scripted.set_script(ttft_ms=2, itl_ms=1, adapters=["sql", "chat", "code"])
     scripted.models()  # the server's log, emptied
-    result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "8", "--requests", "400", "--warmup", "0",
-                               "--output-tokens", "4", "--input-tokens", "8", "--adapters", "sql,chat,code",
-                               "--adapter-mix", "weights:" + ",".join(map(str, WEIGHTS)), "--seed", "5",
-                               "--no-report"), timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = cli(*sweep_args(scripted, tmp_path, "--concurrency", "8", "--requests", "400", "--warmup", "0",
+                             "--output-tokens", "4", "--input-tokens", "8", "--adapters", "sql,chat,code",
+                             "--adapter-mix", "weights:" + ",".join(map(str, WEIGHTS)), "--seed", "5", "--no-report"))
+    assert result.exit_code == 0, result.output
     run_dir = only_run_dir(tmp_path)
     rows = _rows(run_dir)
     assert len(rows) == 400 and all(r["ok"] for r in rows)
@@ -40,21 +39,21 @@ def test_each_request_asks_its_adapter_of_the_seeded_mix_and_each_level_reports_
     parts = {a["adapter"]: a for a in summary["adapters"]}
     assert {name: part["num_requests"] for name, part in parts.items()} == dict(counts)
     assert math.isclose(sum(p["output_tokens_per_s"] for p in parts.values()), summary["output_tokens_per_s"])
-    assert "each LoRA adapter's part of its level" in result.stdout
+    assert "each LoRA adapter's part of its level" in result.output
     assert json.loads((run_dir / "run.json").read_text())["scenario"]["workload"]["adapters"]["mix"] == \
         "weights:0.6,0.3,0.1"
 
 
 def test_a_sweep_across_adapter_counts_runs_the_base_model_alone_beside_them(scripted, tmp_path, cli) -> None:
     scripted.set_script(ttft_ms=2, itl_ms=1, adapters=["a", "b", "c"])
-    result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "2", "--requests", "30", "--warmup", "2",
-                               "--output-tokens", "4", "--input-tokens", "8", "--adapters", "a,b,c",
-                               "--adapter-counts", "1,3", "--no-report"), timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = cli(*sweep_args(scripted, tmp_path, "--concurrency", "2", "--requests", "30", "--warmup", "2",
+                             "--output-tokens", "4", "--input-tokens", "8", "--adapters", "a,b,c",
+                             "--adapter-counts", "1,3", "--no-report"))
+    assert result.exit_code == 0, result.output
     rows = [r for r in _rows(only_run_dir(tmp_path)) if not r["is_warmup"]]
     by_level = {level: {r["adapter"] for r in rows if r["level"] == level} for level in {r["level"] for r in rows}}
     assert by_level == {"c2+a0": {None}, "c2+a1": {"a"}, "c2+a3": {"a", "b", "c"}}
-    assert "what each extra adapter costs" in result.stdout and "base alone" in result.stdout
+    assert "what each extra adapter costs" in result.output and "base alone" in result.output
     # the report prices the 3 fine-tunes on the fleet measured with all three
     run_dir = only_run_dir(tmp_path)
     report = cli("report", str(run_dir), "--monthly-tokens", "3e9", "--gpu-price", "2",
@@ -67,13 +66,13 @@ def test_a_sweep_across_adapter_counts_runs_the_base_model_alone_beside_them(scr
     assert {o["kind"] for o in data["finetunes"]["options"]} == {"self-host", "serverless-lora", "dedicated"}
 
 
-def test_an_adapter_the_server_does_not_list_is_said_before_any_request(scripted, tmp_path) -> None:
+def test_an_adapter_the_server_does_not_list_is_said_before_any_request(scripted, tmp_path, cli) -> None:
     scripted.set_script(adapters=["a"])
     scripted.models()
-    result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "1", "--requests", "2", "--adapters", "a,zzz",
-                               "--no-report"))
-    assert result.returncode != 0
-    assert "does not list the adapter zzz" in result.stderr
+    result = cli(*sweep_args(scripted, tmp_path, "--concurrency", "1", "--requests", "2", "--adapters", "a,zzz",
+                             "--no-report"))
+    assert result.exit_code != 0
+    assert "does not list the adapter zzz" in result.output
     assert scripted.models() == []
 
 
