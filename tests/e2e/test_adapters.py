@@ -110,7 +110,7 @@ def test_the_reference_engine_bench_starts_serves_the_folders_adapters(tmp_path)
     made = bench("lora", "make", "--base", "dummy:tiny", "--rank", "4", "--count", "3", "--out", str(tmp_path / "ad"))
     assert made.returncode == 0, made.stderr
     result = bench("sweep", "--model", "dummy:tiny", "--adapters-dir", str(tmp_path / "ad"), "--concurrency", "3",
-                   "--duration", "3", "--input-tokens", "16", "--output-tokens", "8", "--no-report",
+                   "--requests", "24", "--input-tokens", "16", "--output-tokens", "8", "--no-report",
                    "--out", str(tmp_path / "runs"), timeout=180)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path / "runs")
@@ -118,6 +118,7 @@ def test_the_reference_engine_bench_starts_serves_the_folders_adapters(tmp_path)
     at = command.index("--lora-modules")
     assert command[at + 1 : at + 4] == [f"lora-{i}={tmp_path / 'ad' / f'lora-{i}'}" for i in range(3)]
     assert command[command.index("--max-loras") + 1] == "3"
+    # a fixed count of requests: the seeded picks of ids 0-23 are the same every run, and name all three
     assert {r["adapter"] for r in _rows(run_dir) if not r["is_warmup"]} == {"lora-0", "lora-1", "lora-2"}
     samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
     assert max(s.get("running_adapters", 0) for s in samples) >= 1
