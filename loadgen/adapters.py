@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -75,10 +76,10 @@ class AdapterMix:
         """The adapter of request (or conversation) `key`: a seeded draw from the shares, the same every time."""
         return self.names[int(np.searchsorted(self._bounds, _uniforms(self.seed, key), side="right"))]
 
-    @property
+    @cached_property
     def _bounds(self) -> np.ndarray:
-        cumulative = np.cumsum(self.shares)[:-1]
-        return cumulative
+        """The cumulative shares a uniform draw is placed among (once per mix: a pick is per request)."""
+        return np.cumsum(self.shares)[:-1]
 
     def describe(self) -> str:
         shown = ", ".join(f"{n} {s:.0%}" for n, s in zip(self.names[:6], self.shares[:6], strict=False))

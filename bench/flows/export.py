@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.flows.report import run_precision
 from bench.run import rundir
 from bench.run.llmd_report import BenchmarkReport
 from bench.run.rundir import Run
@@ -140,16 +141,10 @@ def _scenario(run: Run, s: LevelSummary) -> dict[str, Any]:
         "platform": {"engine": [{"name": engine.name, "version": engine.version, "args": args,
                                  "metadata": {"command": command} if command else None}]},
         "model": {"name": engine.model or (spec.model if spec and spec.model else "unknown"),
-                  "quantization": _quantization(run),
+                  "quantization": run_precision(run),
                   "adapters": [{"lora": name} for name in adapters] or None},
         "load": {"name": TOOL_NAME, "type": s.kind, "args": load_args},
     }
-
-
-def _quantization(run: Run) -> str | None:
-    from bench.flows.report import run_precision
-
-    return run_precision(run)
 
 
 def _service(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -16,11 +16,9 @@ from costmodel.plan_shapes import DTYPE_BYTES, ModelShape, PlanError
 
 
 def model_shape(spec: str) -> ModelShape:
-    from engines.reference.loading.weights import DUMMY_PRESETS, default_gguf_path
+    from engines.reference.loading.weights import DUMMY_PRESETS, resolve_default
 
-    if spec == "default":  # as the reference engine resolves it: the shipped SmolLM2-135M GGUF, else dummy:tiny
-        found = default_gguf_path()
-        spec = str(found) if found is not None else "dummy:tiny"
+    spec = resolve_default(spec)  # as the reference engine resolves `default`
     if spec.startswith("dummy:"):
         preset = spec.removeprefix("dummy:")
         if preset not in DUMMY_PRESETS:

@@ -17,7 +17,7 @@ import json
 import math
 import sqlite3
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,11 +162,6 @@ def judge(points: Sequence[Point], higher_is_better: bool) -> tuple[str, tuple[f
         return "steady", (low, high)
     worse = outside_low if higher_is_better else outside_high
     return ("regression" if worse else "improvement"), (low, high)
-
-
-def import_runs(runs: Iterable[tuple[Run, str | None]], runs_root: Path) -> int:
-    """Runs made before the history existed, added to it; the rows written."""
-    return sum(record_run(run, runs_root, weights) for run, weights in runs)
 
 
 @contextmanager

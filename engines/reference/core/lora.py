@@ -51,14 +51,7 @@ class LoraAdapter:
     alpha: float
     targets: tuple[str, ...]
     path: str
-    layers: tuple[dict[str, ProjectionDelta], ...]  # per layer: fused projection name -> delta
-
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.rank
-
-    def num_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.layers for d in layer.values() for t in (d.a, d.b))
+    layers: tuple[dict[str, ProjectionDelta], ...]  # per layer: fused projection name -> delta (scaling folded in)
 
 
 @dataclass

@@ -219,7 +219,7 @@ class Scheduler:
     def _admit_waiting(self, step: _Step) -> None:
         is_continuous = self.config.batching == "continuous"
         is_new_batch = not self._batch_ids
-        adapters = self.running_adapters()
+        adapters: set[str] | None = None  # found at the first waiting request of an adapter
         held_back: list[Sequence] = []  # adapters past max_loras: they keep their place at the head
         while self.waiting and len(self.running) < self._max_batch_seqs:
             seq = self.waiting[0]
@@ -227,13 +227,15 @@ class Scheduler:
                 break
             if not (is_continuous or is_new_batch or seq.request_id in self._batch_ids):
                 break  # static/none: the current batch has not finished yet
-            if seq.adapter is not None and seq.adapter not in adapters and len(adapters) >= self.config.max_loras:
-                held_back.append(self.waiting.popleft())
-                continue
+            if seq.adapter is not None:
+                adapters = self.running_adapters() if adapters is None else adapters
+                if seq.adapter not in adapters and len(adapters) >= self.config.max_loras:
+                    held_back.append(self.waiting.popleft())
+                    continue
             if not self.block_manager.can_allocate(seq):
                 break
             self.waiting.popleft()
-            if seq.adapter is not None:
+            if adapters is not None and seq.adapter is not None:
                 adapters.add(seq.adapter)
             self.block_manager.allocate(seq)
             seq.status = SequenceStatus.RUNNING

@@ -297,6 +297,14 @@ def default_gguf_path() -> Path | None:
     return found[0] if found else None
 
 
+def resolve_default(name_or_path: str) -> str:
+    """`default`: the shipped SmolLM2-135M GGUF where it is installed, else dummy:tiny; any other name as it is."""
+    if name_or_path != "default":
+        return name_or_path
+    found = default_gguf_path()
+    return str(found) if found is not None else "dummy:tiny"
+
+
 def resolve_model(
     name_or_path: str = "default", dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
     seed: int = 0, weights: str = "auto",
@@ -304,9 +312,7 @@ def resolve_model(
     """Accepts a .gguf path, a safetensors directory, `dummy:<preset>` or `default`; `weights` is how to keep
     the weights (`weight_formats`)."""
     weight_formats(weights, device)  # a bad value is said before anything loads
-    if name_or_path == "default":
-        found = default_gguf_path()
-        name_or_path = str(found) if found is not None else "dummy:tiny"
+    name_or_path = resolve_default(name_or_path)
     if name_or_path.startswith("dummy:"):
         model = dummy_model(name_or_path.removeprefix("dummy:"), dtype=dtype, device=device, seed=seed)
         return _kept(LoadedModel(model, None, name_or_path), weight_formats(weights, device))
@@ -328,9 +334,7 @@ def resolve_model(
 
 def resolve_model_config(name_or_path: str = "default") -> ModelConfig:
     """The shape of the model `resolve_model` would load, read without its weights."""
-    if name_or_path == "default":
-        found = default_gguf_path()
-        name_or_path = str(found) if found is not None else "dummy:tiny"
+    name_or_path = resolve_default(name_or_path)
     if name_or_path.startswith("dummy:"):
         preset = name_or_path.removeprefix("dummy:")
         if preset not in DUMMY_PRESETS:
