@@ -341,9 +341,13 @@ def _without(argv: list[str], *flags: str) -> list[str]:
 
 @app.command("import")
 def import_(
-    files: list[Path] = typer.Argument(..., help="Result files, one level each (vLLM: `vllm bench serve "
-                                                 "--save-result` JSON, one per concurrency or rate)."),
-    from_: str = typer.Option(..., "--from", help="The tool that wrote them: vllm (guidellm and aiperf: not yet)."),
+    files: list[Path] = typer.Argument(..., help="Result files: vLLM's `vllm bench serve --save-result` JSON (a "
+                                                 "level each), guidellm's benchmarks.json (a level per "
+                                                 "strategy), aiperf's profile_export_aiperf.json (a level each). "
+                                                 "Files at the same load are its repeats."),
+    from_: str = typer.Option(..., "--from", help="The tool that wrote them: vllm, guidellm or aiperf."),
+    engine: str = typer.Option(None, help="The engine that served them (vllm, sglang, ...), where the files don't "
+                                          "say it: they name the client's backend, not the server."),
     out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
 ) -> None:
     """Another tool's saved results as a run directory: bench report, compare and cost read it like a measured one."""
@@ -351,7 +355,7 @@ def import_(
     from bench.imports import ImportFileError
 
     try:
-        run_dir = import_results(files, from_, out)
+        run_dir = import_results(files, from_, out, engine)
     except ImportFileError as exc:
         fail(str(exc))
     console.print(f"run directory: {run_dir}", highlight=False)
@@ -428,7 +432,7 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to 
         runs = [read_run(run_dir) for run_dir in run_dirs]
     except RunDirError as exc:
         fail(str(exc))
-    console.print(comparison_table([(run.run_dir, list(run.summaries)) for run in runs]))
+    console.print(comparison_table([(run.run_dir, run.info.source(), list(run.summaries)) for run in runs]))
 
 
 @app.command()

@@ -328,20 +328,21 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
     return table
 
 
-def comparison_table(runs: list[tuple[Path, list[LevelSummary]]]) -> Table:
-    """Runs side by side, level by level; output tokens/s also as a ratio to the first run's same level."""
-    baseline = {s.level: s.throughput.output_tokens_per_s for s in runs[0][1]} if runs else {}
+def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:
+    """Runs side by side, level by level, each with its source (measured here, or imported from which tool);
+    output tokens/s also as a ratio to the first run's same level."""
+    baseline = {s.level: s.throughput.output_tokens_per_s for s in runs[0][2]} if runs else {}
     table = Table(title="comparison (x = output tokens/s relative to the first run)")
-    for name in ["run", "engine", "level", "ok/failed", "out tok/s", "x", "TTFT p50/p99 ms", "ITL p50/p99 ms",
-                 "goodput req/s", "note"]:
-        table.add_column(name, justify="left" if name in ("run", "engine", "level", "note") else "right")
-    levels = sorted({s.level for _, summaries in runs for s in summaries}, key=_level_order)
+    for name in ["run", "source", "engine", "level", "ok/failed", "out tok/s", "x", "TTFT p50/p99 ms",
+                 "ITL p50/p99 ms", "goodput req/s", "note"]:
+        table.add_column(name, justify="left" if name in ("run", "source", "engine", "level", "note") else "right")
+    levels = sorted({s.level for _, _, summaries in runs for s in summaries}, key=_level_order)
     for level in levels:
-        for run_dir, summaries in runs:
+        for run_dir, source, summaries in runs:
             for s in (s for s in summaries if s.level == level):
                 base = baseline.get(level)
                 ratio = f"{s.throughput.output_tokens_per_s / base:.2f}" if base else "-"
-                table.add_row(run_dir.name, s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}",
+                table.add_row(run_dir.name, source, s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}",
                               _fmt(s.throughput.output_tokens_per_s, 1), ratio, _p50_p99(s.latency.ttft_ms),
                               _p50_p99(s.latency.itl_ms), _fmt(s.throughput.goodput_request_per_s, 2), _note(s))
     return table

@@ -6,7 +6,8 @@ p10, p50, p90, p95, p99, maximum; the summary keeps fewer), in the units the for
 token, counts. Its service metrics come from the server's /metrics samples taken during the level, its
 resources from the GPUs' readings, where there were any. TTFT, TPOT and ITL mean what they mean in this
 toolkit's summary (the README's Metrics); `normalized_time_per_output_token` is a request's latency over its
-output tokens.
+output tokens. An imported run (`bench import`) is exported too: from the requests its files hold, or else
+from the means and percentiles they gave, its source named in the report's metadata.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import csv
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from loadgen.arrivals import parse_label
 from loadgen.columns import NONE, LevelColumns, columns_by_level
 from loadgen.metrics import first_and_last_chunk, inter_token_gaps_s
 from loadgen.recorder import read_jsonl
-from loadgen.types import LevelSummary
+from loadgen.types import Distribution, LevelSummary
 
 FORMATS = ("llmd-report", "csv")
 TOOL_NAME = "llm-selfhost-bench"
@@ -53,42 +55,51 @@ def export_run(run_dir: Path, fmt: str, out: Path | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
         return [_write_csv(run, out / "export.csv")]
-    columns = columns_by_level(read_jsonl(run_dir / rundir.REQUESTS_FILE))
+    columns = columns_by_level(_request_rows(run))
     spans, samples = rundir.level_spans(run_dir), rundir.telemetry_samples(run_dir)
-    written = []
+    written, skipped = [], []
     for summary in run.summaries:
-        if summary.requests.num_ok == 0:  # no latency to give: the format requires a TTFT
+        c = columns.get(summary.level)
+        if summary.requests.num_ok == 0 or (c is None and summary.latency.ttft_ms.mean is None):
+            skipped.append(summary.level)  # no TTFT to give: the format requires one
             continue
-        report = llmd_report(run, summary, columns[summary.level], spans.get(summary.level), samples)
+        report = llmd_report(run, summary, c, spans.get(summary.level), samples)
         path = out / f"benchmark-report-{summary.level.replace('#', '-r').replace('~', '-a')}.json"
         path.write_text(json.dumps(report.model_dump(mode="json", exclude_none=True), indent=2) + "\n")
         written.append(path)
+    if not written:
+        raise ExportError(f"{run_dir}: no level with a successful request's TTFT ({', '.join(skipped)}), which "
+                          "an llm-d report requires; --format csv exports every figure there is")
     return written
 
 
-def llmd_report(run: Run, s: LevelSummary, c: LevelColumns, span: tuple[float, float] | None,
+def _request_rows(run: Run) -> list[dict[str, Any]]:
+    """The run's requests as requests.jsonl's rows: the file a measured run wrote, or the requests an imported
+    file holds (none where it gives aggregates only)."""
+    if run.info.imported is None:
+        return list(read_jsonl(run.run_dir / rundir.REQUESTS_FILE))
+    from bench.imports import read_levels
+
+    files = [run.run_dir / rundir.IMPORTED_FOLDER / f.name for f in run.info.imported.files]
+    levels = read_levels(run.info.imported.tool, files, run.info.run_id, run.info.imported.engine)
+    return [asdict(record) for level in levels for record in level.records]
+
+
+def llmd_report(run: Run, s: LevelSummary, c: LevelColumns | None, span: tuple[float, float] | None,
                 samples: Sequence[dict[str, Any]]) -> BenchmarkReport:
-    """One level as llm-d's Benchmark Report 0.1, validated by the model of its documented fields."""
-    ok, k = c.ok, c.counts
-    first, last = first_and_last_chunk(c)
-    out = k["output_tokens"]
-    many = ok & (out > 1)
-    prompt = k["prompt_tokens"][ok & (k["prompt_tokens"] != NONE)]
+    """One level as llm-d's Benchmark Report 0.1, validated by the model of its documented fields. Statistics
+    from the level's requests where there are any; from the summary's (mean and percentiles) where an imported
+    file gave its aggregates only."""
+    lengths, latency = _from_requests(c) if c is not None else _from_summary(s)
     inside = [x for x in samples if span and span[0] <= x["t"] <= span[1]]
     start, stop = span if span else (None, None)
+    imported = run.info.imported
     raw: dict[str, Any] = {
         "scenario": _scenario(run, s),
         "metrics": {
             "time": {"duration": s.throughput.window_s, "start": start, "stop": stop},
-            "requests": {"total": s.requests.num_requests, "failures": s.requests.num_failed,
-                         "input_length": _stats(prompt, "count"), "output_length": _stats(out[ok], "count")},
-            "latency": {
-                "time_to_first_token": _stats(first[ok] * MS, "ms"),
-                "time_per_output_token": _stats((last[many] - first[many]) / (out[many] - 1) * MS, "ms/token"),
-                "inter_token_latency": _stats(inter_token_gaps_s(c, ok) * MS, "ms/token"),
-                "normalized_time_per_output_token": _stats(last[many] / out[many] * MS, "ms/token"),
-                "request_latency": _stats(last[ok] * MS, "ms"),
-            },
+            "requests": {"total": s.requests.num_requests, "failures": s.requests.num_failed, **lengths},
+            "latency": latency,
             "throughput": {"output_tokens_per_sec": s.throughput.output_tokens_per_s,
                            "input_tokens_per_sec": s.throughput.total_tokens_per_s - s.throughput.output_tokens_per_s,
                            "total_tokens_per_sec": s.throughput.total_tokens_per_s,
@@ -98,16 +109,50 @@ def llmd_report(run: Run, s: LevelSummary, c: LevelColumns, span: tuple[float, f
             "metadata": {"level": s.level, "is_valid": s.is_valid, "invalid_reasons": s.invalid_reasons,
                          "notes": s.notes, "slo_attainment": s.throughput.slo_attainment,
                          "steady_window": s.throughput.is_steady_window,
-                         "definitions": "TTFT, TPOT and ITL as in the README's Metrics of llm-selfhost-bench; "
-                                        "ITL: each gap between chunks spread over the chunk's tokens"},
+                         "definitions": (f"as {imported.tool} defines them, read as the notes say" if imported else
+                                         "TTFT, TPOT and ITL as in the README's Metrics of llm-selfhost-bench; "
+                                         "ITL: each gap between chunks spread over the chunk's tokens")},
         },
-        "metadata": {"tool": TOOL_NAME, "run_dir": run.run_dir.name, "run_id": run.info.run_id},
+        "metadata": {"tool": TOOL_NAME, "run_dir": run.run_dir.name, "run_id": run.info.run_id,
+                     "source": run.info.source(with_files=True)},
     }
     if raw["metrics"]["service"] is None:
         del raw["metrics"]["service"]
     if raw["metrics"]["resources"] is None:
         del raw["metrics"]["resources"]
     return BenchmarkReport.model_validate(raw)
+
+
+def _from_requests(c: LevelColumns) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Input and output lengths, and the latencies, over the level's successful requests."""
+    ok, k = c.ok, c.counts
+    first, last = first_and_last_chunk(c)
+    out = k["output_tokens"]
+    many = ok & (out > 1)
+    prompt = k["prompt_tokens"][ok & (k["prompt_tokens"] != NONE)]
+    lengths = {"input_length": _stats(prompt, "count"), "output_length": _stats(out[ok], "count")}
+    return lengths, {
+        "time_to_first_token": _stats(first[ok] * MS, "ms"),
+        "time_per_output_token": _stats((last[many] - first[many]) / (out[many] - 1) * MS, "ms/token"),
+        "inter_token_latency": _stats(inter_token_gaps_s(c, ok) * MS, "ms/token"),
+        "normalized_time_per_output_token": _stats(last[many] / out[many] * MS, "ms/token"),
+        "request_latency": _stats(last[ok] * MS, "ms"),
+    }
+
+
+def _from_summary(s: LevelSummary) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same from a summary of a file's aggregates: the means and percentiles it gave, nothing more."""
+    def stats(d: Distribution, units: str) -> dict[str, Any] | None:
+        given = {stat: getattr(d, stat) for stat in ("mean", "p50", "p90", "p95", "p99")}
+        return None if d.mean is None else {"units": units, **{k: v for k, v in given.items() if v is not None}}
+
+    lengths = {"input_length": {"units": "count", "mean": s.tokens.mean_input_tokens},
+               "output_length": {"units": "count", "mean": s.tokens.mean_output_tokens}}
+    lat = s.latency
+    return lengths, {"time_to_first_token": stats(lat.ttft_ms, "ms"),
+                     "time_per_output_token": stats(lat.tpot_ms, "ms/token"),
+                     "inter_token_latency": stats(lat.itl_ms, "ms/token"),
+                     "request_latency": stats(lat.e2e_ms, "ms")}
 
 
 def _scenario(run: Run, s: LevelSummary) -> dict[str, Any]:
@@ -136,14 +181,15 @@ def _scenario(run: Run, s: LevelSummary) -> dict[str, Any]:
                          output_tokens=workload.output_tokens.describe(), seed=workload.seed)
     adapters = sorted({a.adapter for a in s.adapters or () if a.adapter != "(base)"})
     return {
-        "description": f"{info.scenario.name if info.scenario else 'a run'} at {s.level}, measured by {TOOL_NAME}",
+        "description": (f"{s.level} {info.source()}, read by {TOOL_NAME}" if info.imported else
+                        f"{info.scenario.name if info.scenario else 'a run'} at {s.level}, measured by {TOOL_NAME}"),
         "host": {"accelerator": [accelerator], "type": ["replica"]},
         "platform": {"engine": [{"name": engine.name, "version": engine.version, "args": args,
                                  "metadata": {"command": command} if command else None}]},
         "model": {"name": engine.model or (spec.model if spec and spec.model else "unknown"),
                   "quantization": run_precision(run),
                   "adapters": [{"lora": name} for name in adapters] or None},
-        "load": {"name": TOOL_NAME, "type": s.kind, "args": load_args},
+        "load": {"name": info.imported.tool if info.imported else TOOL_NAME, "type": s.kind, "args": load_args},
     }
 
 

@@ -368,11 +368,7 @@ def _provenance(info: RunInfo) -> dict[str, Any]:
             "hardware": info.hardware.to_json() if info.hardware else None, "scenario": scenario.get("name"),
             "workload": scenario.get("workload"), "load": scenario.get("load"),
             "levels_planned": info.levels or None,
-            # measured here, or imported from which tool and files: always said
-            "source": (f"imported from {info.imported.tool}" + (f" {info.imported.version}" if info.imported.version
-                                                               else "") + ": " + ", ".join(
-                f"{f.source} (sha256 {f.sha256[:12]})" for f in info.imported.files)) if info.imported else
-            "measured here"}
+            "source": info.source(with_files=True)}  # measured here, or imported from which tool: always said
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:

@@ -258,11 +258,11 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             measured = rundir.read_run(run_dir)
             rundir.write_summaries(run_dir, list(measured.summaries))
             if status == "complete" and measured.summaries:
-                _remember(measured, plan.runs_root)
+                remember_run(measured, plan.runs_root)
     return SweepResult(run_dir, measured, status)
 
 
-def _remember(run: Run, runs_root: Path) -> None:
+def remember_run(run: Run, runs_root: Path) -> None:
     """The finished run's levels into the runs folder's history (`bench history`); a history that can't be
     written costs the run nothing."""
     import logging

@@ -13,71 +13,43 @@ ours.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.types import (
-    Distribution,
-    Latency,
-    LevelSummary,
-    RequestCounts,
-    RequestRecord,
-    Throughput,
-    Tokens,
+from bench.imports.common import (
+    Aggregates,
+    ImportedLevel,
+    ImportFileError,
+    aggregate_summary,
+    is_number,
+    latency,
+    load_json,
 )
+from loadgen.types import Distribution, LevelSummary, RequestRecord
 
-METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "icl_ms", "e2el": "e2e_ms"}  # vLLM's -> our Latency field
+METRICS = ("ttft", "tpot", "itl", "e2el")
 PER_REQUEST = ("ttfts", "itls", "latencies", "input_lens", "output_lens", "errors")
+WHAT = "a `vllm bench serve --save-result` file"
 
 
-class ImportFileError(ValueError):
-    """A file that is not what `--from` says; the message names the file and the field."""
-
-
-@dataclass(frozen=True)
-class ImportedLevel:
-    """One level read from a peer's file: its label, and either its requests (to summarize as measured ones) or
-    its summary from the file's aggregates; what the file did not give, in `notes`."""
-
-    label: str
-    engine: str
-    model: str | None
-    tool_version: str | None
-    records: tuple[RequestRecord, ...] = ()
-    summary: LevelSummary | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def read_vllm(path: Path, run_id: str = "imported") -> ImportedLevel:
-    raw = _load(path)
+def read_vllm(path: Path, run_id: str = "imported") -> list[ImportedLevel]:
+    """The one level a `vllm bench serve --save-result` file holds."""
+    raw = load_json(path, WHAT)
     for name in ("completed", "duration", "output_throughput", "request_throughput", "total_token_throughput"):
-        if not isinstance(raw.get(name), int | float):
-            raise ImportFileError(f"{path}: {name} is {raw.get(name)!r}; a `vllm bench serve --save-result` file "
-                                  "has it as a number")
+        if not is_number(raw.get(name)):
+            raise ImportFileError(f"{path}: {name} is {raw.get(name)!r}; {WHAT} has it as a number")
     label, kind, target, how = _level(raw, path)
     engine, model = str(raw.get("backend") or "vllm"), raw.get("model_id")
     notes = [f"imported from vllm bench serve ({path.name}): {how}",
              "vLLM's ITL is the gap between streamed chunks (this toolkit's ICL)"]
     if all(isinstance(raw.get(name), list) for name in PER_REQUEST):
-        records = _records(raw, path, label, engine, run_id)
-        return ImportedLevel(label, engine, model, None, records=records, notes=tuple(notes))
+        records = _records(raw, path, label, kind, engine, run_id)
+        return [ImportedLevel(label, engine, model, None, records=records, notes=tuple(notes))]
     notes += ["no per-request records in the file (saved without --save-detailed): figures as the file gives them, "
               "SLO attainment not measured, no client self-check"]
-    return ImportedLevel(label, engine, model, None, summary=_summary(raw, label, kind, target, engine, notes),
-                         notes=tuple(notes))
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ImportFileError(f"{path}: not a JSON file ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ImportFileError(f"{path}: expected a JSON object (a `vllm bench serve --save-result` file)")
-    return raw
+    return [ImportedLevel(label, engine, model, None, summary=_summary(raw, label, kind, target, engine, notes),
+                          notes=tuple(notes))]
 
 
 def _level(raw: dict[str, Any], path: Path) -> tuple[str, str, float, str]:
@@ -94,7 +66,8 @@ def _level(raw: dict[str, Any], path: Path) -> tuple[str, str, float, str]:
                           "max_concurrency >= 1, a finite request_rate > 0, or num_prompts)")
 
 
-def _records(raw: dict[str, Any], path: Path, label: str, engine: str, run_id: str) -> tuple[RequestRecord, ...]:
+def _records(raw: dict[str, Any], path: Path, label: str, kind: str, engine: str,
+             run_id: str) -> tuple[RequestRecord, ...]:
     lengths = {name: len(raw[name]) for name in PER_REQUEST}
     if len(set(lengths.values())) != 1:
         raise ImportFileError(f"{path}: the per-request lists differ in length ({lengths})")
@@ -111,6 +84,7 @@ def _records(raw: dict[str, Any], path: Path, label: str, engine: str, run_id: s
         send = (starts[i] - origin) if starts else 0.0
         records.append(RequestRecord(
             run_id=run_id, engine=engine, level=label, request_id=i, send_s=send, chunk_times_s=times,
+            scheduled_s=send if kind == "rate" else None,  # an arrival rate: sent when its schedule said
             chunk_tokens=[1] * len(times), end_s=send + (raw["latencies"][i] or 0.0),
             prompt_tokens=raw["input_lens"][i], output_tokens=raw["output_lens"][i] if ok else 0,
             server_output_tokens=raw["output_lens"][i] if ok else None, token_count_source="usage",
@@ -123,31 +97,26 @@ def _summary(raw: dict[str, Any], label: str, kind: str, target: float, engine: 
     completed = int(raw["completed"])
     failed = int(raw["failed"]) if isinstance(raw.get("failed"), int) else max(
         0, int(raw.get("num_prompts") or completed) - completed)
-    total = completed + failed
-    latency = {ours: _distribution(raw, theirs) for theirs, ours in METRICS.items()}
+    ttft, tpot, itl, e2e = (_distribution(raw, metric) for metric in METRICS)
+    if any(d.p95 is None for d in (ttft, tpot, itl, e2e)):
+        notes = [*notes, "the file gives no p95 for some latencies (vllm bench serve saves the percentiles "
+                         "--metric-percentiles names; 50,90,95,99 saves these)"]
     goodput = raw.get("request_goodput")
-    return LevelSummary(
-        engine=engine, level=label, kind=kind, target=target, base_level=label,
-        requests=RequestCounts(num_requests=total, num_ok=completed, num_failed=failed,
-                               failure_rate=failed / total if total else 0.0, failures_by_kind={}),
-        throughput=Throughput(
-            window_s=float(raw["duration"]), is_steady_window=False, request_per_s=raw["request_throughput"],
-            output_tokens_per_s=raw["output_throughput"], total_tokens_per_s=raw["total_token_throughput"],
-            run_request_per_s=raw["request_throughput"], run_output_tokens_per_s=raw["output_throughput"],
-            goodput_request_per_s=goodput if isinstance(goodput, int | float) else raw["request_throughput"],
-            slo_attainment=1.0, mean_in_flight=float(raw.get("max_concurrency") or target)),
-        latency=Latency(ttft_ms=latency["ttft_ms"], itl_ms=latency["icl_ms"], icl_ms=latency["icl_ms"],
-                        tpot_ms=latency["tpot_ms"], e2e_ms=latency["e2e_ms"]),
-        tokens=Tokens(mean_input_tokens=(raw.get("total_input_tokens") or 0) / completed if completed else 0.0,
-                      mean_output_tokens=(raw.get("total_output_tokens") or 0) / completed if completed else 0.0),
-        notes=list(notes),
-    )
+    return aggregate_summary(engine, Aggregates(
+        label=label, kind=kind, target=target, num_ok=completed, num_failed=failed,
+        duration_s=float(raw["duration"]), request_per_s=raw["request_throughput"],
+        output_tokens_per_s=raw["output_throughput"], total_tokens_per_s=raw["total_token_throughput"],
+        latency=latency(ttft=ttft, itl=itl, icl=itl, tpot=tpot, e2e=e2e),  # vLLM's ITL: a gap between chunks
+        mean_input_tokens=(raw.get("total_input_tokens") or 0) / completed if completed else 0.0,
+        mean_output_tokens=(raw.get("total_output_tokens") or 0) / completed if completed else 0.0,
+        mean_in_flight=float(raw.get("max_concurrency") or target),
+        goodput_request_per_s=goodput if is_number(goodput) else None), notes)
 
 
 def _distribution(raw: dict[str, Any], metric: str) -> Distribution:
     def get(key: str) -> float | None:
         value = raw.get(key)
-        return float(value) if isinstance(value, int | float) else None
+        return float(value) if is_number(value) else None
 
     return Distribution(mean=get(f"mean_{metric}_ms"), p50=get(f"median_{metric}_ms") or get(f"p50_{metric}_ms"),
                         p90=get(f"p90_{metric}_ms"), p95=get(f"p95_{metric}_ms"), p99=get(f"p99_{metric}_ms"))

@@ -88,8 +88,10 @@ def record_run(run: Run, runs_root: Path, weights: str | None) -> int:
     args = json.dumps(spec.args if spec else {}, sort_keys=True)
     engine, version, model = info.engine.name, info.engine.version or "?", info.engine.model or "?"
     scenario_hash = hashlib.sha256(scenario_json.encode()).hexdigest()[:16]
-    key = hashlib.sha256(json.dumps([engine, version, model, weights, args, scenario_hash, hardware_text])
-                         .encode()).hexdigest()[:16]
+    parts = [engine, version, model, weights, args, scenario_hash, hardware_text]
+    if info.imported:  # another tool's figures, by its definitions: a configuration of their own
+        parts.append(info.imported.tool)
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
     rows = []
     for s in run.summaries:
         figures = {"output_tokens_per_s": s.throughput.output_tokens_per_s, "request_per_s": s.throughput.request_per_s,
@@ -97,7 +99,7 @@ def record_run(run: Run, runs_root: Path, weights: str | None) -> int:
                    "tpot_p50_ms": s.latency.tpot_ms.p50, "e2e_p50_ms": s.latency.e2e_ms.p50}
         rows.append((info.run_id, str(run.run_dir), info.finished_at or info.started_at or "", key, engine, version,
                      model, weights or "", args, scenario.name if scenario else "", scenario_hash, hardware_text,
-                     "measured", s.level, s.base_level, s.repeat, int(s.is_valid), *(figures[m] for m in METRICS)))
+                     info.source(), s.level, s.base_level, s.repeat, int(s.is_valid), *(figures[m] for m in METRICS)))
     with _connect(history_path(runs_root)) as db:
         db.executemany(f"INSERT OR REPLACE INTO levels VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
     return len(rows)

@@ -191,13 +191,12 @@ def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSumm
     """An imported run's levels, read again from its source files (`bench import`): summarized as measured
     ones where the file holds each request, else the file's own figures, invalid where the SLO limits a
     latency whose p95 the file does not give."""
-    from bench.imports import READERS
+    from bench.imports import read_levels
 
     assert info.imported is not None
-    reader = READERS[info.imported.tool]
     summaries = []
-    for item in info.imported.files:
-        level = reader(run_dir / IMPORTED_FOLDER / item.name, info.run_id)
+    files = [run_dir / IMPORTED_FOLDER / item.name for item in info.imported.files]
+    for level in read_levels(info.imported.tool, files, info.run_id, info.imported.engine):
         if level.records:
             summary = summarize(list(level.records), slo)
             summaries.append(replace(summary, notes=[*level.notes, *summary.notes]))
@@ -210,8 +209,7 @@ def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSumm
                    if limit is not None and dist.p95 is None]
         if missing:
             s = replace(s, is_valid=False, invalid_reasons=[
-                f"the file gives no p95 {', '.join(missing)} to check the SLO against (save it with "
-                "--metric-percentiles 50,90,95,99)"])
+                f"the file gives no p95 {', '.join(missing)} to check the SLO against"])
         summaries.append(s)
     return summaries
 

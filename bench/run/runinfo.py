@@ -264,11 +264,17 @@ class ImportRecord:
     tool: str  # vllm, guidellm, aiperf
     version: str | None = None
     files: list[ImportedFile] = field(default_factory=list)
+    engine: str | None = None  # the engine's name as given to `bench import --engine`, over what the files say
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ImportRecord:
         return cls(tool=str(raw["tool"]), version=raw.get("version"),
-                   files=[_known(ImportedFile, f) for f in raw.get("files") or []])
+                   files=[_known(ImportedFile, f) for f in raw.get("files") or []], engine=raw.get("engine"))
+
+    @property
+    def source(self) -> str:
+        """`imported from guidellm 0.8.1`: the tool, and its version where the files said it."""
+        return f"imported from {self.tool}" + (f" {self.version}" if self.version else "")
 
 
 @dataclass
@@ -345,6 +351,15 @@ class RunInfo:
             "resumed_at": self.resumed_at, "dataset": asdict(self.dataset) if self.dataset else None,
             **({"imported": asdict(self.imported)} if self.imported else {}),
         }
+
+    def source(self, with_files: bool = False) -> str:
+        """Where the run's figures come from: measured here, or imported from which tool (and files)."""
+        if self.imported is None:
+            return "measured here"
+        if not with_files:
+            return self.imported.source
+        return self.imported.source + ": " + ", ".join(f"{f.source} (sha256 {f.sha256[:12]})"
+                                                       for f in self.imported.files)
 
     @property
     def gpu_names(self) -> list[str] | None:

@@ -177,9 +177,10 @@ def test_compare_puts_runs_side_by_side_with_ratios_to_the_first(scripted, tmp_p
             if "endpoint" in line]
     speed = {(run_dir.name, row["level"]): row["output_tokens_per_s"] for run_dir in run_dirs
              for row in json.loads((run_dir / "summary.json").read_text())}
-    # run, engine, level, ok/failed, out tok/s, x: level by level, each run's speed over the first run's
-    assert [(row[0], row[2], row[5]) for row in rows] == [
-        (run_dir.name, level, f"{speed[run_dir.name, level] / speed[run_dirs[0].name, level]:.2f}")
+    # run, source, engine, level, ok/failed, out tok/s, x: level by level, each run's speed over the first run's
+    assert [(row[0], row[1], row[3], row[6]) for row in rows] == [
+        (run_dir.name, "measured here", level,
+         f"{speed[run_dir.name, level] / speed[run_dirs[0].name, level]:.2f}")
         for level in ("c1", "c2") for run_dir in run_dirs]
     missing = cli("compare", str(tmp_path / "nope"))
     assert missing.exit_code == 2 and "no run.json" in missing.output

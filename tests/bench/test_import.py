@@ -73,6 +73,16 @@ def test_vllm_results_become_a_run_read_like_a_measured_one(tmp_path: Path, cli)
     assert report.exit_code == 0, report.output
     markdown = (tmp_path / "report.md").read_text()
     assert "r2" in markdown and f"imported from vllm: {detailed.resolve()}" in markdown  # its provenance said
+    # exported as llm-d reports: the detailed level from its requests, the other from the file's figures
+    exported = cli("export", str(run_dir), "--format", "llmd-report", "--out", str(tmp_path / "out"))
+    assert exported.exit_code == 0, exported.output
+    c4_report = json.loads((tmp_path / "out" / "benchmark-report-c4.json").read_text())
+    ttft = c4_report["metrics"]["latency"]["time_to_first_token"]
+    assert ttft["p50"] == pytest.approx(c4.latency.ttft_ms.p50) and ttft["min"] == pytest.approx(
+        min(raw["ttfts"][:-1]) * 1000)
+    r2_report = json.loads((tmp_path / "out" / "benchmark-report-r2.json").read_text())
+    assert r2_report["metrics"]["latency"]["time_to_first_token"] == {"units": "ms", "mean": 95.0, "p50": 90.0,
+                                                                      "p99": 180.0}
 
 
 def test_an_slo_on_a_p95_the_file_lacks_makes_the_level_invalid(tmp_path: Path) -> None:
@@ -90,8 +100,20 @@ def test_a_file_that_is_not_what_from_says_is_refused_naming_the_field(tmp_path:
     said = cli("import", str(bad), "--from", "vllm", "--out", str(tmp_path / "runs"))
     assert said.exit_code == 2 and "duration is 'long'" in said.output
     assert not (tmp_path / "runs").exists()  # nothing written
-    said = cli("import", str(bad), "--from", "guidellm", "--out", str(tmp_path / "runs"))
-    assert said.exit_code == 2 and "--from guidellm: its reader is not written yet" in said.output
-    twice = cli("import", str(aggregate_file(tmp_path / "a.json")), str(aggregate_file(tmp_path / "b.json")),
-                "--from", "vllm", "--out", str(tmp_path / "runs"))
-    assert twice.exit_code == 2 and "two files at the same load" in twice.output
+    said = cli("import", str(bad), "--from", "locust", "--out", str(tmp_path / "runs"))
+    assert said.exit_code == 2 and "--from locust: expected one of vllm, guidellm, aiperf" in said.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_files_at_the_same_load_are_its_repeats(tmp_path: Path) -> None:
+    from bench.flows.importing import import_results
+
+    first = aggregate_file(tmp_path / "a.json")
+    raw = json.loads(first.read_text())
+    (tmp_path / "b.json").write_text(json.dumps({**raw, "output_throughput": 240.0}))
+    run_dir = import_results([first, tmp_path / "b.json"], "vllm", tmp_path / "runs")
+    run = read_run(run_dir)
+    assert [(s.level, s.base_level, s.repeat) for s in run.summaries] == [("r2", "r2", 1), ("r2#2", "r2", 2)]
+    (repeated,) = run.repeated
+    assert repeated.figures["output_tokens_per_s"].values == (256.0, 240.0)
+    assert json.loads((run_dir / "repeats.json").read_text())[0]["labels"] == ["r2", "r2#2"]
