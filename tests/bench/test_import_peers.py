@@ -275,3 +275,38 @@ def test_an_imported_run_is_exported_and_kept_in_the_history_with_its_source(tmp
     with sqlite3.connect(history_path(runs)) as db:
         rows = db.execute("SELECT level, source FROM levels ORDER BY level").fetchall()
     assert rows == [(level, "imported from guidellm 0.8.1") for level in sorted(summaries)]
+
+
+PEERS = Path(__file__).parent / "data" / "peers"
+
+
+def test_files_the_tools_themselves_wrote_are_read_as_they_say() -> None:
+    """guidellm 0.8.1 (`guidellm run --profile kind=concurrent --override profile.streams 1,2`, its request
+    samples left out for size) and aiperf 0.13.0 (`aiperf profile --concurrency 2 --request-count 8`), each run
+    against this toolkit's reference engine serving SmolLM2: the figures are the ones they wrote."""
+    path = PEERS / "guidellm-0.8.1-benchmarks.json"
+    raw = json.loads(path.read_text())
+    levels = read_levels("guidellm", [path])
+    assert [level.label for level in levels] == ["c1", "c2"]
+    for level, benchmark in zip(levels, raw["benchmarks"], strict=True):
+        s, metrics = level.summary, benchmark["metrics"]
+        assert s is not None and level.model == "SmolLM2-135M-Instruct.Q4_1" and level.tool_version == "0.8.1"
+        assert s.requests.num_ok == metrics["request_totals"]["successful"] == 8
+        assert s.throughput.output_tokens_per_s == metrics["output_tokens_per_second"]["successful"]["mean"]
+        assert s.latency.ttft_ms.p95 == metrics["time_to_first_token_ms"]["successful"]["percentiles"]["p95"]
+        assert s.latency.tpot_ms.p50 == metrics["inter_token_latency_ms"]["successful"]["median"]
+        assert s.latency.e2e_ms.p50 == pytest.approx(metrics["request_latency"]["successful"]["median"] * 1000)
+        assert s.throughput.window_s == benchmark["duration"]
+
+    path = PEERS / "aiperf-0.13.0-profile_export_aiperf.json"
+    raw = json.loads(path.read_text())
+    (level,) = read_levels("aiperf", [path])
+    s = level.summary
+    assert (level.label, level.model, level.tool_version) == ("c2", "SmolLM2-135M-Instruct.Q4_1", "0.13.0")
+    assert s is not None and s.requests.num_ok == 8 and s.requests.num_failed == 0
+    assert s.throughput.output_tokens_per_s == raw["output_token_throughput"]["avg"]
+    assert s.throughput.window_s == raw["benchmark_duration"]["avg"]
+    assert s.latency.ttft_ms.p95 == raw["time_to_first_token"]["p95"]
+    assert s.latency.tpot_ms.p50 == raw["inter_token_latency"]["p50"]
+    assert s.latency.icl_ms.p99 == raw["inter_chunk_latency"]["p99"]
+    assert s.tokens.mean_input_tokens == raw["input_sequence_length"]["avg"] == 32
