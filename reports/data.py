@@ -286,11 +286,12 @@ def _workload_line(run: ReportRun, name_run: bool) -> str | None:
 def _warnings(decision: Decision, runs: list[ReportRun], skipped: list[str]) -> list[str]:
     lines = list(decision.warnings)
     for run in runs:
-        lines += [f"{run.label} ({run.run_dir.name}): {note}" for note in run.notes]
+        who = run.label if run.run_dir.name in run.label else f"{run.label} ({run.run_dir.name})"
+        lines += [f"{who}: {note}" for note in run.notes]
         hardware = _hardware_warning(run, decision.pricing.gpu.gpu if decision.pricing.gpu else None)
         lines += [hardware] if hardware else []
         if run.keep_text:
-            lines.append(f"{run.label} ({run.run_dir.name}): requests.jsonl holds the prompts and answers "
+            lines.append(f"{who}: requests.jsonl holds the prompts and answers "
                          "(measured with --keep-text); share it only where that text may go")
     lines += [f"skipped: {text}" for text in skipped]
     for result in decision.results:
@@ -306,8 +307,10 @@ def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
     """Measured on one thing, priced as another? Say so when the run's record can tell."""
     priced = gpu or "the GPU priced here"
     if run.launched_by == "user":
-        return (f"{run.label}: measured through an endpoint that was already running, so the run does not record "
-                f"the hardware that served it; the costs assume {priced} per replica: make sure that is what served it")
+        how = ("imported from another tool's results" if str(run.provenance.get("source")).startswith("imported")
+               else "measured through an endpoint that was already running")
+        return (f"{run.label}: {how}, so the run does not record the hardware that served it; the costs assume "
+                f"{priced} per replica: make sure that is what served it")
     if run.gpu_names == ():
         return f"{run.label}: measured on a machine without a GPU but priced as {priced}: the costs are illustrative"
     key = next((part for part in (gpu or "").split("-") if any(c.isdigit() for c in part)), None)

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.imports import READERS, ImportFileError, read_levels
 from bench.flows.sweep import remember_run
+from bench.imports import READERS, ImportFileError, read_levels
 from bench.run import rundir
 from bench.run.runinfo import EngineRecord, ImportedFile, ImportRecord, RunInfo, ToolRecord
 

@@ -321,7 +321,11 @@ def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[st
         where = f"Ray actors on the cluster at {ray}" if ray else "processes of the machine that ran the sweep"
         notes.append(f"the load came from {workers} client worker(s), {where}; each level is judged by every "
                      "worker's own check on itself")
-    return notes + [f"{s.level}: {note}" for s in summaries for note in s.notes]
+    levels_by_note: dict[str, list[str]] = {}  # a note several levels share is said once, naming them
+    for s in summaries:
+        for note in s.notes:
+            levels_by_note.setdefault(note, []).append(s.level)
+    return notes + [f"{', '.join(levels)}: {note}" for note, levels in levels_by_note.items()]
 
 
 def _notes(run: Run) -> list[str]:

@@ -111,7 +111,7 @@ def _load(strategy: dict[str, Any], where: str, mean_concurrency: float | None) 
         streams = strategy.get("streams")
         if not isinstance(streams, int) or streams < 1:
             raise ImportFileError(f"{where}.streams is {_shown(streams)}; a concurrent strategy has a count >= 1")
-        return "concurrency", float(streams), f"concurrent: {streams} streams"
+        return "concurrency", float(streams), f"concurrent: {streams} stream{'s' if streams > 1 else ''}"
     if kind == "throughput":
         if isinstance(cap, int) and cap >= 1:
             return "concurrency", float(cap), f"throughput: as fast as it could, at most {cap} in flight"

@@ -334,8 +334,11 @@ class RunInfo:
             resumed_at=list(raw.get("resumed_at") or []), dataset=part("dataset", DatasetInfo.from_json),
             imported=part("imported", ImportRecord.from_json),
         )
-        # An endpoint, telemetry, a dataset and an import are absent for good reasons (not launched yet, none given).
-        info.unread = [key for key in unread if key not in ("endpoint", "telemetry", "dataset", "imported")]
+        # An endpoint, telemetry, a dataset and an import are absent for good reasons (not launched yet, none given);
+        # an imported run never had the parts a sweep records.
+        absent = {"endpoint", "telemetry", "dataset", "imported"} | (
+            {"hardware", "scenario", "seeds", "engine_spec"} if info.imported else set())
+        info.unread = [key for key in unread if key not in absent]
         return info
 
     def to_json(self) -> dict[str, Any]:
