@@ -238,6 +238,9 @@ def test_peer_runs_read_by_report_and_compare_with_their_source(tmp_path: Path, 
     assert report.exit_code == 0, report.output
     markdown = (tmp_path / "report.md").read_text()
     assert "imported from guidellm 0.8.1" in markdown and "imported from aiperf 0.13.0" in markdown
+    assert "imported from another tool's results, so the run does not record the hardware" in markdown
+    assert "lacks, or holds in a form this version does not read" not in markdown  # an import never had them
+    assert "c1, c4, c11, r2.5, r1: no per-request records" in markdown  # a shared note said once
 
 
 def test_an_slo_on_a_latency_a_peer_file_lacks_makes_its_level_invalid(tmp_path: Path) -> None:
