@@ -43,11 +43,13 @@ fi
 # With arguments: one pytest run with them. Without: the tests that assert no timing two at a time, a test
 # file to a worker (most of them wait on servers and engines, not on the CPU), then those marked `serial`
 # alone (timings asserted, or every process of ours looked at). Each names its slowest tests at the end.
+# Two at a time on two cores, each engine's PyTorch gets one thread: more would spin waiting for the other's.
 if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
 default="not cuda and not vllm and not openwebui and not ray and not lmeval"  # what addopts in pyproject.toml leaves out, too
 status=0
-.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "$default and not serial" || status=$?
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 \
+    -m "$default and not serial" || status=$?
 .venv/bin/python -m pytest -q --durations=10 -m "$default and serial" || status=$?
 exit $status

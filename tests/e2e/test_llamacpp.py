@@ -16,11 +16,13 @@ from tests.bench.test_cli import bench, only_run_dir
 from tests.engines.test_process_engines import one_chat_request
 from tests.servers import is_running
 
+# llama.cpp here runs one thread: the tests run two at a time on two cores, and ggml's threads spin as they wait
+
 
 def test_llamacpp_is_launched_measured_and_stopped(tmp_path) -> None:
     result = bench("sweep", "--engine", "llamacpp", "--concurrency", "1,4", "--requests", "4",
                    "--input-tokens", "32", "--output-tokens", "8", "--engine-arg", "parallel=4",
-                   "--out", str(tmp_path), timeout=300)
+                   "--engine-arg", "threads=1", "--no-report", "--out", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     run = json.loads((run_dir / "run.json").read_text())
@@ -41,7 +43,7 @@ def test_unknown_engine_arg_for_the_embedded_server_names_what_it_takes(tmp_path
 def test_the_real_servers_metrics_and_version_are_read(tmp_path) -> None:
     """What llama.cpp publishes at /metrics, read from the server itself: its running and waiting requests
     and the tokens it generated map to our series (and nothing else of its page does)."""
-    with launch_local(llamacpp_engine, tmp_path, args={"parallel": "2"}) as (endpoint, info):
+    with launch_local(llamacpp_engine, tmp_path, args={"parallel": "2", "threads": "1"}) as (endpoint, info):
         assert info.version is not None and info.version.startswith("xllamacpp ")
         assert info.details["binary"] == info.version and info.details["model_path"].endswith(".gguf")
         record = one_chat_request(endpoint, max_tokens=8)
@@ -64,7 +66,7 @@ def test_the_reference_engine_reads_the_default_file_as_llama_cpp_does(tmp_path)
     prompt = loaded.tokenizer.encode(loaded.tokenizer.apply_chat_template(messages), add_special_tokens=False)
     runner = ModelRunner(loaded.model, loaded.model.allocate_kv_cache(16, 16), 16)
     ours = runner.run([BatchItem(prompt, 0, len(prompt), list(range(16)))])[0].softmax(-1)
-    with launch_local(llamacpp_engine, tmp_path, args={"parallel": "1"}) as (endpoint, _):
+    with launch_local(llamacpp_engine, tmp_path, args={"parallel": "1", "threads": "1"}) as (endpoint, _):
         answer = httpx.post(f"{endpoint.base_url}/chat/completions", timeout=120, json={
             "model": endpoint.model, "messages": messages, "temperature": 0, "max_tokens": 1, "logprobs": True,
             "top_logprobs": 3}).json()
