@@ -539,7 +539,8 @@ def _event(text: str, is_chat: bool, finish_reason: str | None = None, usage: di
         choice["delta"] = {"reasoning_content" if is_reasoning else "content": text} if text else {}
     else:
         choice["text"] = text
-    payload: dict[str, Any] = {"id": "scripted", "object": "chunk", "model": "scripted", "choices": [choice]}
+    payload: dict[str, Any] = {"id": "scripted", "object": "chat.completion.chunk" if is_chat else "text_completion",
+                               "model": "scripted", "choices": [choice]}  # OpenAI's names: some clients parse by them
     if usage is not None:
         payload["usage"] = usage
     return b"data: " + orjson.dumps(payload) + b"\n\n"
