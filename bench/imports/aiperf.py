@@ -29,6 +29,7 @@ from bench.imports.common import (
     load_json,
     load_label,
     part,
+    shown,
 )
 from loadgen.types import Distribution
 
@@ -54,7 +55,7 @@ def read_aiperf(path: Path, run_id: str = "imported") -> list[ImportedLevel]:
     version = str(raw["aiperf_version"]) if raw.get("aiperf_version") else None
     config = raw.get("input_config")
     if not isinstance(config, dict):
-        raise ImportFileError(f"{path}: input_config is {_shown(config)}; {WHAT} holds the run's configuration "
+        raise ImportFileError(f"{path}: input_config is {shown(config)}; {WHAT} holds the run's configuration "
                               "there, and the load it ran is read from it")
     kind, target, how = _load(config, f"{path}: input_config")
     label = load_label(kind, target)
@@ -103,11 +104,11 @@ class _Metrics:
                 raise ImportFileError(f"{self.path}: {name} is missing; {WHAT} gives it for every run")
             return None
         if not isinstance(result, dict):
-            raise ImportFileError(f"{self.path}: {name} is {_shown(result)}; expected a metric result (unit, avg, "
+            raise ImportFileError(f"{self.path}: {name} is {shown(result)}; expected a metric result (unit, avg, "
                                   "p50, ...)")
         unit = result.get("unit")
         if unit not in units:
-            raise ImportFileError(f"{self.path}: {name}.unit is {_shown(unit)}; expected {' or '.join(units)}")
+            raise ImportFileError(f"{self.path}: {name}.unit is {shown(unit)}; expected {' or '.join(units)}")
         return result, units[unit]
 
     def _number(self, result: dict[str, Any], name: str, field: str, scale: float) -> float | None:
@@ -115,7 +116,7 @@ class _Metrics:
         if value is None:
             return None
         if not is_number(value):
-            raise ImportFileError(f"{self.path}: {name}.{field} is {_shown(value)}; expected a number")
+            raise ImportFileError(f"{self.path}: {name}.{field} is {shown(value)}; expected a number")
         return float(value) * scale
 
     def avg(self, name: str, units: dict[str, float]) -> float | None:
@@ -149,8 +150,8 @@ def _load(config: dict[str, Any], where: str) -> tuple[str, float, str]:
             return "rate", float(rate), f"{rate:g} requests/s{capped}"
         if isinstance(concurrency, int) and concurrency >= 1:
             return "concurrency", float(concurrency), f"{concurrency} requests at once"
-        raise ImportFileError(f"{where}.loadgen: neither concurrency ({_shown(concurrency)}) nor request_rate "
-                              f"({_shown(rate)}) names a load; expected a concurrency >= 1 or a request_rate > 0")
+        raise ImportFileError(f"{where}.loadgen: neither concurrency ({shown(concurrency)}) nor request_rate "
+                              f"({shown(rate)}) names a load; expected a concurrency >= 1 or a request_rate > 0")
     phases = config.get("phases")
     if isinstance(phases, dict):  # a single phase, as a config may give it
         phases = [phases]
@@ -167,17 +168,17 @@ def _load(config: dict[str, Any], where: str) -> tuple[str, float, str]:
     if kind == "concurrency":
         users = concurrency if concurrency is not None else 1  # aiperf's default
         if not isinstance(users, int) or users < 1:
-            raise ImportFileError(f"{at}.concurrency is {_shown(concurrency)}; expected a count >= 1")
+            raise ImportFileError(f"{at}.concurrency is {shown(concurrency)}; expected a count >= 1")
         return "concurrency", float(users), f"concurrency: {users} requests at once"
     if kind in RATE_PHASES:
         if not is_number(rate) or rate <= 0:
-            raise ImportFileError(f"{at}.rate is {_shown(rate)}; a {kind} phase at a scalar requests/s > 0 is "
+            raise ImportFileError(f"{at}.rate is {shown(rate)}; a {kind} phase at a scalar requests/s > 0 is "
                                   "what a level can be (a rate series is not)")
         capped = f", at most {concurrency} in flight" if isinstance(concurrency, int) else ""
         return "rate", float(rate), f"{kind}: {rate:g} requests/s{capped}"
     if kind == "fixed_schedule":
         return "trace", 1.0, "fixed_schedule: replayed at its timestamps"
-    raise ImportFileError(f"{at}.type is {_shown(kind)}; expected concurrency, {', '.join(RATE_PHASES)} or "
+    raise ImportFileError(f"{at}.type is {shown(kind)}; expected concurrency, {', '.join(RATE_PHASES)} or "
                           "fixed_schedule")
 
 
@@ -196,7 +197,3 @@ def _model(config: dict[str, Any]) -> str | None:
     if isinstance(models, list) and models and isinstance(models[0], str):
         return models[0]
     return None
-
-
-def _shown(value: Any) -> str:
-    return "missing" if value is None else repr(value)[:80]

@@ -56,6 +56,11 @@ def part(raw: dict[str, Any], name: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def shown(value: Any) -> str:
+    """A field's value as an error message quotes it: `missing`, or its repr cut short."""
+    return "missing" if value is None else repr(value)[:80]
+
+
 def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 

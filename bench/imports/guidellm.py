@@ -30,6 +30,7 @@ from bench.imports.common import (
     load_json,
     load_label,
     part,
+    shown,
 )
 from loadgen.types import Distribution
 
@@ -46,7 +47,7 @@ def read_guidellm(path: Path, run_id: str = "imported") -> list[ImportedLevel]:
     raw = load_json(path, WHAT)
     benchmarks = raw.get("benchmarks")
     if not isinstance(benchmarks, list):
-        raise ImportFileError(f"{path}: benchmarks is {_shown(benchmarks)}; {WHAT} has it as a list of benchmarks")
+        raise ImportFileError(f"{path}: benchmarks is {shown(benchmarks)}; {WHAT} has it as a list of benchmarks")
     version = part(raw, "metadata").get("guidellm_version")
     version = str(version) if version else None
     return [_level(benchmark, f"{path}: benchmarks[{i}]", path.name, version)
@@ -60,13 +61,13 @@ def _level(benchmark: Any, where: str, file_name: str, version: str | None) -> I
     metrics = _object(benchmark, "metrics", where)
     duration = benchmark.get("duration")
     if not is_number(duration) or duration <= 0:
-        raise ImportFileError(f"{where}.duration is {_shown(duration)}; expected the seconds it measured, > 0")
+        raise ImportFileError(f"{where}.duration is {shown(duration)}; expected the seconds it measured, > 0")
     totals = _object(metrics, "request_totals", f"{where}.metrics")
     counts = {}
     for status in ("successful", "errored", "incomplete"):
         value = totals.get(status)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ImportFileError(f"{where}.metrics.request_totals.{status} is {_shown(value)}; expected a count")
+            raise ImportFileError(f"{where}.metrics.request_totals.{status} is {shown(value)}; expected a count")
         counts[status] = value
     concurrency = _successful(metrics, "request_concurrency", where, status="total")
     kind, target, how = _load(_object(config, "strategy", f"{where}.config"), f"{where}.config.strategy",
@@ -110,7 +111,7 @@ def _load(strategy: dict[str, Any], where: str, mean_concurrency: float | None) 
     if kind == "concurrent":
         streams = strategy.get("streams")
         if not isinstance(streams, int) or streams < 1:
-            raise ImportFileError(f"{where}.streams is {_shown(streams)}; a concurrent strategy has a count >= 1")
+            raise ImportFileError(f"{where}.streams is {shown(streams)}; a concurrent strategy has a count >= 1")
         return "concurrency", float(streams), f"concurrent: {streams} stream{'s' if streams > 1 else ''}"
     if kind == "throughput":
         if isinstance(cap, int) and cap >= 1:
@@ -124,12 +125,12 @@ def _load(strategy: dict[str, Any], where: str, mean_concurrency: float | None) 
     if kind in ("constant", "poisson"):
         rate = strategy.get("rate")
         if not is_number(rate) or rate <= 0:
-            raise ImportFileError(f"{where}.rate is {_shown(rate)}; a {kind} strategy has requests/s > 0")
+            raise ImportFileError(f"{where}.rate is {shown(rate)}; a {kind} strategy has requests/s > 0")
         spacing = "evenly spaced" if kind == "constant" else "Poisson arrivals"
         return "rate", float(rate), f"{kind}: {rate:g} requests/s, {spacing}{capped}"
     if kind == "trace":
         return "trace", 1.0, "trace: replayed at its own pace"
-    raise ImportFileError(f"{where}.type_ is {_shown(kind)}; expected synchronous, concurrent, throughput, "
+    raise ImportFileError(f"{where}.type_ is {shown(kind)}; expected synchronous, concurrent, throughput, "
                           "constant, poisson or trace")
 
 
@@ -139,19 +140,19 @@ def _successful(metrics: dict[str, Any], name: str, where: str, status: str = "s
     if by_status is None:
         return Distribution()
     if not isinstance(by_status, dict):
-        raise ImportFileError(f"{where}.metrics.{name} is {_shown(by_status)}; expected a distribution by status")
+        raise ImportFileError(f"{where}.metrics.{name} is {shown(by_status)}; expected a distribution by status")
     summary = by_status.get(status)
     if summary is None:
         return Distribution()
     if not isinstance(summary, dict):
-        raise ImportFileError(f"{where}.metrics.{name}.{status} is {_shown(summary)}; expected a distribution")
+        raise ImportFileError(f"{where}.metrics.{name}.{status} is {shown(summary)}; expected a distribution")
     percentiles = part(summary, "percentiles")
 
     def get(value: Any, field: str) -> float | None:
         if value is None:
             return None
         if not is_number(value):
-            raise ImportFileError(f"{where}.metrics.{name}.{status}.{field} is {_shown(value)}; expected a number")
+            raise ImportFileError(f"{where}.metrics.{name}.{status}.{field} is {shown(value)}; expected a number")
         return float(value)
 
     median = summary.get("median", percentiles.get("p50"))
@@ -170,9 +171,5 @@ def _mean(metrics: dict[str, Any], name: str, where: str) -> float:
 def _object(raw: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     value = raw.get(name)
     if not isinstance(value, dict):
-        raise ImportFileError(f"{where}.{name} is {_shown(value)}; expected an object")
+        raise ImportFileError(f"{where}.{name} is {shown(value)}; expected an object")
     return value
-
-
-def _shown(value: Any) -> str:
-    return "missing" if value is None else repr(value)[:80]
