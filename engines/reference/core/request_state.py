@@ -5,7 +5,8 @@ Stop rules, in vLLM's order, checked after every generated token:
      keeps EOS and stop tokens from being sampled);
   2. EOS / end-of-turn (unless `ignore_eos`) and `stop_token_ids` -> "stop"; the token counts as output,
      its text is never emitted;
-  3. a stop string anywhere in the text -> "stop"; the text is cut before it;
+  3. a stop string that ends in text generated from then on -> "stop"; the text is cut before it (found
+     by `StopMatcher` as the text grows: O(new characters x stops) a token, never the whole text again);
   4. `max_tokens` -> "length"; 5. the sequence reached max_model_len -> "length".
 
 Text is released only when final: a tail that could still grow into a stop string, and bytes of an
@@ -21,24 +22,8 @@ import torch
 
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.core.sequence import Sequence
+from engines.reference.core.stop_strings import StopMatcher
 from engines.reference.loading.tokenizer import IncrementalDetokenizer, Tokenizer
-
-
-def find_stop_string(text: str, stops: tuple[str, ...], start: int = 0) -> int | None:
-    """Index of the earliest occurrence of any stop string in text[start:] (index into text), or None."""
-    hits = [index for stop in stops if (index := text.find(stop, start)) >= 0]
-    return min(hits) if hits else None
-
-
-def num_held_back_chars(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the longest tail of text that is a proper prefix of some stop string."""
-    longest = 0
-    for stop in stops:
-        for length in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:length]):
-                longest = length
-                break
-    return longest
 
 
 @dataclass(eq=False)
@@ -55,14 +40,18 @@ class RequestState:
     text: str = ""  # detokenized output so far (stop token text excluded)
     num_emitted_chars: int = 0
     detokenizer: IncrementalDetokenizer | None = field(init=False)
+    stop_matcher: StopMatcher = field(init=False)
+    _banned_ids: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         self.detokenizer = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+        self.stop_matcher = StopMatcher(self.params.stop)
+        self._banned_ids = tuple(sorted(self.stop_token_ids)) if self.params.min_tokens else ()  # once, not per step
 
     def banned_token_ids(self) -> tuple[int, ...]:
         """Token ids the next draw must avoid: the stop tokens while fewer than min_tokens were generated."""
         if self.seq.num_output_tokens < self.params.min_tokens:
-            return tuple(sorted(self.stop_token_ids))
+            return self._banned_ids
         return ()
 
     def record_token_time(self, now_s: float) -> tuple[float | None, float | None]:
@@ -78,28 +67,22 @@ class RequestState:
         is_min_reached = num_output >= params.min_tokens
         if is_min_reached and token_id in self.stop_token_ids:
             return self._finish(is_min_reached), "stop"
-        previous_len = len(self.text)
-        if self.detokenizer is not None:
-            self.text += self.detokenizer.push(token_id)
-        if is_min_reached and params.stop:
-            start = max(0, previous_len - max(map(len, params.stop)) + 1)
-            cut = find_stop_string(self.text, params.stop, start)
-            if cut is not None:
-                return self._release(cut), "stop"
+        cut = self._push(self.detokenizer.push(token_id) if self.detokenizer is not None else "")
+        if is_min_reached and cut is not None:
+            return self._release(cut), "stop"
         if (params.max_tokens is not None and num_output >= params.max_tokens) or self.seq.num_tokens >= max_model_len:
             return self._finish(is_min_reached), "length"
-        return self._release(len(self.text) - num_held_back_chars(self.text, params.stop)), None
+        return self._release(len(self.text) - self.stop_matcher.num_held_back_chars), None
+
+    def _push(self, new_text: str) -> int | None:
+        """Append detokenized text; returns where a stop string ending in it begins (an index into text)."""
+        self.text += new_text
+        return self.stop_matcher.feed(new_text) if new_text and self.params.stop else None
 
     def _finish(self, is_min_reached: bool) -> str:
         """Flush the detokenizer and release all text (still cut at a stop string the flush completed)."""
-        previous_len = len(self.text)
-        if self.detokenizer is not None:
-            self.text += self.detokenizer.flush()
-        cut = None
-        if is_min_reached and self.params.stop and len(self.text) > previous_len:
-            start = max(0, previous_len - max(map(len, self.params.stop)) + 1)
-            cut = find_stop_string(self.text, self.params.stop, start)
-        return self._release(len(self.text) if cut is None else cut)
+        cut = self._push(self.detokenizer.flush() if self.detokenizer is not None else "")
+        return self._release(cut if is_min_reached and cut is not None else len(self.text))
 
     def _release(self, end: int) -> str:
         end = max(end, self.num_emitted_chars)

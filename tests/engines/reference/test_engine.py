@@ -12,7 +12,7 @@ import pytest
 
 from engines.reference.core.config import EngineConfig
 from engines.reference.core.engine import LLMEngine, RequestOutput
-from engines.reference.core.request_state import RequestState, find_stop_string, num_held_back_chars
+from engines.reference.core.request_state import RequestState
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.core.sequence import Sequence
 from engines.reference.loading.weights import LoadedModel, resolve_model
@@ -217,15 +217,6 @@ def test_incomplete_utf8_is_held_back_and_the_stop_token_text_never_emitted(tiny
     assert _push(state, seq, "é€") == [("", None), ("é", None), ("", None), ("", None), ("€", None)]
     seq.token_ids.append(258)
     assert state.append_token(258, max_model_len=1000) == ("", "stop")
-
-
-def test_stop_string_helpers() -> None:
-    assert find_stop_string("hello world", ("o w", "ld")) == 4
-    assert find_stop_string("hello", ("x",)) is None
-    assert find_stop_string("abcabc", ("abc",), start=1) == 3
-    assert num_held_back_chars("hello wo", ("world", "o")) == 2
-    assert num_held_back_chars("hello", ("world",)) == 0
-    assert num_held_back_chars("", ("world",)) == 0
 
 
 def test_abort_frees_blocks_between_steps(tiny: LoadedModel) -> None:
