@@ -2,7 +2,9 @@
 
 A process is started in its own session (its own process group), its output goes to the run's
 `engine.log`, and readiness is polled at `/health` (or `/v1/models`) while the process is watched: if it
-dies during start-up the error carries the last lines of its log. On leaving the context, however it is
+dies during start-up the error carries the last lines of its log. Once the port answers, every socket
+listening on it must be the child's (`engines.ports`): a port someone else bound first is refused by name,
+before anything is sent there, and the child is stopped. On leaving the context, however it is
 left (normal end, exception, Ctrl-C, SIGTERM or SIGHUP turned into KeyboardInterrupt), the whole group
 gets SIGTERM, then SIGKILL if it has not exited in time; a stop signal arriving meanwhile waits until the
 engine is gone. If the command itself is killed outright, `engines.lifeline` stops the engine instead.
@@ -24,10 +26,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
-from engines import lifeline
+from engines import lifeline, ports
 
 ENGINE_LOG = "engine.log"  # in the run directory
 LOG_TAIL_LINES = 25
@@ -101,14 +104,42 @@ def run_process(spec: ProcessSpec, log_path: Path) -> Iterator[Started]:
         except FileNotFoundError:
             raise EngineStartError(f"{spec.name}: cannot run '{spec.command[0]}': not found") from None
         watcher = None
+        port = _loopback_port(spec.ready_urls)
         try:
             watcher = lifeline.start_watcher(log_path, group=process.pid)
-            wait_until_ready(spec.name, spec.ready_urls, spec.ready_timeout_s, started_at, exit_code=process.poll,
-                             log_tail=lambda: log_tail(log_path), log_name=str(log_path))
+            try:
+                wait_until_ready(spec.name, spec.ready_urls, spec.ready_timeout_s, started_at, exit_code=process.poll,
+                                 log_tail=lambda: log_tail(log_path), log_name=str(log_path),
+                                 answered=lambda: refuse_strangers(spec.name, port, process.pid))
+            except EngineStartError:
+                refuse_strangers(spec.name, port, process.pid)  # one who took the port explains a child that died
+                raise
             yield Started(process.pid, time.monotonic() - started_at)
         finally:
             stop_process_group(process)
             lifeline.stand_down(watcher)
+
+
+def refuse_strangers(name: str, port: int | None, leader: int) -> None:
+    """An EngineStartError if anyone but the child `leader` (its session, its descendants) listens on `port`:
+    whatever answered there is not our engine, and must be told nothing."""
+    if port is None:
+        return
+    found = ports.strangers(port, leader)
+    if found:
+        who = "; ".join(holder.describe() for holder in found)
+        raise EngineStartError(f"{name}: port {port} was taken by another process ({who}) before {name} could "
+                               "listen on it, so what answers there is not the engine bench started; the engine "
+                               "was stopped. Stop that process, or choose another port")
+
+
+def _loopback_port(urls: list[str]) -> int | None:
+    """The port of the first readiness URL on this machine's loopback (what a launched child listens on)."""
+    for url in urls:
+        parsed = urlsplit(url)
+        if parsed.hostname in ("127.0.0.1", "localhost") and parsed.port:
+            return parsed.port
+    return None
 
 
 def _in_child(tie: Callable[[], None] | None, cpus: tuple[int, ...] | None,
@@ -131,11 +162,11 @@ def _in_child(tie: Callable[[], None] | None, cpus: tuple[int, ...] | None,
 
 def wait_until_ready(
     name: str, urls: list[str], timeout_s: float, started_at: float, *, exit_code: Callable[[], int | None],
-    log_tail: Callable[[], str], log_name: str,
+    log_tail: Callable[[], str], log_name: str, answered: Callable[[], None] | None = None,
 ) -> None:
-    """Poll until one of `urls` answers 200. Fails fast once `exit_code()` gives the engine's exit code (it
-    died), or after `timeout_s` from `started_at`; either error ends with `log_tail()`, the last lines of
-    `log_name`."""
+    """Poll until one of `urls` answers 200, then call `answered` (which raises if who answered is not the
+    engine). Fails fast once `exit_code()` gives the engine's exit code (it died), or after `timeout_s` from
+    `started_at`; either error ends with `log_tail()`, the last lines of `log_name`."""
     deadline = started_at + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while True:
@@ -144,6 +175,8 @@ def wait_until_ready(
                 raise EngineStartError(f"{name} exited with code {code} during start-up; "
                                        f"last lines of {log_name}:\n{log_tail()}")
             if any(_answers(client, url) for url in urls):
+                if answered is not None:
+                    answered()
                 return
             if time.monotonic() > deadline:
                 raise EngineStartError(f"{name} was not ready after {timeout_s:g} s (raise ready_timeout_s in an "

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +104,69 @@ def test_a_missing_binary_is_a_start_error(tmp_path) -> None:
     with pytest.raises(EngineStartError, match="cannot run 'definitely-not-a-binary-xyz': not found"):
         with run_process(spec, tmp_path / "engine.log"):
             pass
+
+
+SQUATTER = """\
+import http.server, json, sys
+log = open(sys.argv[2], "a")
+class Answer(http.server.BaseHTTPRequestHandler):
+    def reply(self):
+        log.write(f"{self.command} {self.path}\\n"); log.flush()
+        body = json.dumps({"status": True, "data": [{"id": "not-the-engine"}], "token": "t"}).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_GET = do_POST = reply
+    def log_message(self, *args): pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Answer)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+@contextmanager
+def squatter(port: int, seen: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another local process that binds `port` first and answers 200 to anything (/health, /v1/models, a
+    sign-in), writing each request it gets to `seen`."""
+    process = subprocess.Popen([sys.executable, "-c", SQUATTER, str(port), str(seen)], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "listening"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_port_someone_else_bound_first_is_refused_by_name_and_nothing_is_left(tmp_path) -> None:
+    """The port was free when chosen; another process bound it before the engine did and answers the
+    readiness check itself. The launch fails naming that process, and the engine it started is gone."""
+    from engines import lifeline
+
+    port = free_port()
+    with squatter(port, tmp_path / "seen.log") as squat:
+        with pytest.raises(EngineStartError) as error:
+            with run_process(scripted_spec(port), tmp_path / "engine.log"):
+                pytest.fail("a squatted port was taken for the engine")
+        assert is_running(squat.pid)  # someone else's: not ours to stop
+    message = str(error.value)
+    assert f"port {port} was taken by another process (pid {squat.pid}, user " in message, message
+    assert "not the engine bench started" in message
+    assert lifeline.marked_processes(lifeline.owner_id()) == {}  # the engine bench started is stopped
+
+
+def test_the_ownership_check_tells_the_childs_socket_from_anyone_elses(tmp_path) -> None:
+    """The engine's own socket (its session's) passes; judged as another child's, the same socket is a
+    stranger's, named by pid."""
+    from engines.launch import refuse_strangers
+
+    port = free_port()
+    with run_process(scripted_spec(port), tmp_path / "engine.log") as started:
+        refuse_strangers("scripted", port, started.pid)
+        other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        try:
+            with pytest.raises(EngineStartError, match=f"port {port} was taken by another process \\(pid "
+                                                       f"{started.pid}, "):
+                refuse_strangers("scripted", port, other.pid)
+        finally:
+            other.kill()
+            other.wait()
