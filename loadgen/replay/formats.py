@@ -283,6 +283,13 @@ def _mooncake(path: Path, text: str) -> list[TraceRequest]:
 
 def _azure(path: Path, text: str) -> list[TraceRequest]:
     reader = csv.DictReader(io.StringIO(text))
+    try:
+        return _azure_rows(path, reader)
+    except csv.Error as exc:  # a cell past the csv module's size limit, a NUL byte
+        raise DatasetError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+
+
+def _azure_rows(path: Path, reader: csv.DictReader[str]) -> list[TraceRequest]:
     columns = [c.strip() for c in reader.fieldnames or []]
     missing = [c for c in AZURE_COLUMNS if c not in columns]
     if missing:
