@@ -5,17 +5,18 @@ ours): `--ui-python /path/to/bin/python`, else `$BENCH_OPENWEBUI` (that environm
 `open-webui` executable), else `open-webui` on PATH. It is started offline and bound to 127.0.0.1: no hub
 downloads, no telemetry, no title/tag/follow-up generation requests (they would add load that the user did
 not send), configuration from the environment on every start (nothing persisted overrides it), pointed at
-the engine's OpenAI URL, with a data directory of its own. The first start creates the admin account (its
-password kept in the data directory, readable by its owner only); every start signs in and makes an API
-key, with which the load generator talks to Open WebUI's own chat API (`/api/v1/chat/completions`), the
-way its browser page does. The UI stops on every path, before the engine behind it.
+the engine's OpenAI URL and given its key (`--api-key-env`'s value, never written), with a data directory of
+its own. The first start creates bench's admin account (its password kept in the data directory, readable by
+its owner only) and sign-up is closed for good; an admin that is not bench's is refused by name
+(`engines.openwebui_account`). Every start signs in and makes an API key, with which the load generator talks
+to Open WebUI's own chat API (`/api/v1/chat/completions`), the way its browser page does. Like every launched
+process, it must be the one answering on its port before anything (a password) is sent there
+(`engines.launch`). The UI stops on every path, before the engine behind it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -27,7 +28,9 @@ from pathlib import Path
 
 import httpx
 
+from engines.endpoint import EndpointError, read_api_key
 from engines.launch import EngineStartError, ProcessSpec, Started, local_port, run_process
+from engines.openwebui_account import CREDENTIALS, UiAccount, admin_environment, saved_credentials, sign_in
 from engines.openwebui_page import PageCheck, check_page
 from engines.types import Endpoint, EngineInfo, Launcher
 
@@ -36,8 +39,8 @@ UI_KEY_ENV = "BENCH_OPENWEBUI_API_KEY"  # the key made at sign-in, for the load 
 UI_LOG = "openwebui.log"
 VIA_UI = " via Open WebUI"  # added to the engine's name when measured through the UI
 ANSWER_KEPT = 300  # characters of the page's answer kept in run.json
-CREDENTIALS = "bench-credentials.json"
-ADMIN_EMAIL = "bench@localhost"
+__all__ = ["CREDENTIALS", "FIXED_ENV", "RunningUi", "UiAccount", "find_openwebui", "launch_openwebui",
+           "through_openwebui"]
 INSTALL_HINT = ("python3.11 -m venv /opt/openwebui && /opt/openwebui/bin/pip install torch==2.13.0 open-webui, "
                 f"then ${UI_ENV}=/opt/openwebui (or --ui-python /opt/openwebui/bin/python)")
 
@@ -51,16 +54,9 @@ FIXED_ENV = {
     "ENABLE_SEARCH_QUERY_GENERATION": "false", "ENABLE_WEB_SEARCH": "false", "ENABLE_IMAGE_GENERATION": "false",
     "ENABLE_VERSION_UPDATE_CHECK": "false", "ENABLE_COMMUNITY_SHARING": "false",
     "RAG_EMBEDDING_ENGINE": "openai",  # no local embedding model to load (it would be fetched from a hub)
-    "RAG_EMBEDDING_MODEL_AUTO_UPDATE": "false", "ENABLE_API_KEYS": "true", "ENABLE_SIGNUP": "true",
-    "DEFAULT_USER_ROLE": "user", "USER_AGENT": "llm-selfhost-bench",
+    "RAG_EMBEDDING_MODEL_AUTO_UPDATE": "false", "ENABLE_API_KEYS": "true",
+    "DEFAULT_USER_ROLE": "pending", "USER_AGENT": "llm-selfhost-bench",
 }
-
-
-@dataclass(frozen=True)
-class UiAccount:
-    email: str
-    password: str
-    api_key: str
 
 
 @dataclass(frozen=True)
@@ -96,26 +92,18 @@ def find_openwebui(ui_python: str | None = None) -> str:
     return found
 
 
-def ui_environment(engine: Endpoint, root: str, data_dir: Path, secret_key: str) -> dict[str, str]:
-    """Open WebUI's whole configuration for one start (the engine's key, if any, is passed, never written).
-    Its page streams answers over a websocket that only its own origin (`root`) may open."""
-    key = os.environ.get(engine.api_key_env) if engine.api_key_env else None
-    return {**FIXED_ENV, "DATA_DIR": str(data_dir), "WEBUI_SECRET_KEY": secret_key, "CORS_ALLOW_ORIGIN": root,
+def ui_environment(engine: Endpoint, root: str, data_dir: Path, saved: dict[str, object]) -> dict[str, str]:
+    """Open WebUI's whole configuration for one start: the engine's key, if it wants one, passed (never
+    written), and bench's admin made or sign-up closed. Its page streams answers over a websocket that only
+    its own origin (`root`) may open."""
+    try:
+        key = read_api_key(engine.api_key_env)
+    except EndpointError as exc:
+        raise EngineStartError(f"Open WebUI in front of {engine.base_url}: {exc}") from None
+    return {**FIXED_ENV, **admin_environment(data_dir, saved), "DATA_DIR": str(data_dir),
+            "WEBUI_SECRET_KEY": str(saved["secret_key"]), "CORS_ALLOW_ORIGIN": root,
             "OPENAI_API_BASE_URL": engine.base_url.rstrip("/"), "OPENAI_API_KEY": key or "none",
             "HF_HOME": str(data_dir / "hf")}
-
-
-def _credentials(data_dir: Path) -> dict[str, str]:
-    """This data directory's admin password and secret key, made at its first start (mode 0600)."""
-    path = data_dir / CREDENTIALS
-    private_directory(data_dir)
-    if path.is_file():
-        return dict(json.loads(path.read_text()))
-    saved = {"email": ADMIN_EMAIL, "password": secrets.token_urlsafe(12), "secret_key": secrets.token_hex(32)}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(saved, f)
-    return saved
 
 
 def private_directory(data_dir: Path) -> None:
@@ -126,23 +114,6 @@ def private_directory(data_dir: Path) -> None:
     for path in data_dir.rglob("*"):
         if not path.is_symlink():
             path.chmod(0o700 if path.is_dir() else 0o600)
-
-
-def sign_in(root: str, saved: dict[str, str], timeout_s: float = 30.0) -> UiAccount:
-    """Sign in as the data directory's admin (signing up first on a fresh one), then make an API key."""
-    login = {"email": saved["email"], "password": saved["password"]}
-    with httpx.Client(base_url=root, timeout=timeout_s) as client:
-        response = client.post("/api/v1/auths/signin", json=login)
-        if response.status_code in (400, 401, 403, 404):  # no such account yet: the first user becomes admin
-            response = client.post("/api/v1/auths/signup", json={**login, "name": "bench"})
-        if response.status_code != 200:
-            raise EngineStartError(f"Open WebUI refused to sign in {saved['email']} (HTTP {response.status_code}: "
-                                   f"{response.text[:200]}); remove its data directory to start afresh")
-        token = response.json()["token"]
-        made = client.post("/api/v1/auths/api_key", headers={"Authorization": f"Bearer {token}"})
-        if made.status_code != 200:
-            raise EngineStartError(f"Open WebUI made no API key (HTTP {made.status_code}: {made.text[:200]})")
-        return UiAccount(saved["email"], saved["password"], made.json()["api_key"])
 
 
 def wait_for_model(root: str, account: UiAccount, model: str, timeout_s: float = 30.0) -> None:
@@ -168,17 +139,18 @@ def launch_openwebui(log_dir: Path, engine: Endpoint, data_dir: Path, port: int 
                      ui_python: str | None = None, ready_timeout_s: float = 240.0) -> Iterator[RunningUi]:
     """Open WebUI in front of `engine`, signed in, its model listed; stopped on leaving, however left."""
     executable = find_openwebui(ui_python)
-    saved = _credentials(data_dir)
+    private_directory(data_dir)
+    saved = saved_credentials(data_dir)
     try:
         port, root = local_port(port)
     except EngineStartError:
         raise EngineStartError(f"port {port} is already in use on 127.0.0.1; give Open WebUI another with "
                                "--ui-port") from None
     spec = ProcessSpec("open-webui", [executable, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                       [root + "/health"], env=ui_environment(engine, root, data_dir, saved["secret_key"]),
+                       [root + "/health"], env=ui_environment(engine, root, data_dir, saved),
                        ready_timeout_s=ready_timeout_s, private=True)
     with run_process(spec, log_dir / UI_LOG) as started:
-        account = sign_in(root, saved)
+        account = sign_in(root, data_dir, saved)
         os.environ[UI_KEY_ENV] = account.api_key  # read by name when requests are sent, like any API key
         try:
             wait_for_model(root, account, engine.model)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -201,3 +203,137 @@ def test_a_label_through_the_ui_gives_the_engines_version_and_the_uis_own() -> N
                            details=EngineDetails(ui=UiRecord(name="Open WebUI", version="0.12.4")))
     assert through.label == "reference 0.1.0 via Open WebUI 0.12.4"
     assert EngineRecord(name="reference", version="0.1.0").label == "reference 0.1.0"
+
+
+def _sign_up(root: str, email: str) -> httpx.Response:
+    return httpx.post(root + "/api/v1/auths/signup", json={"email": email, "password": "pw", "name": "mallory"})
+
+
+def test_bench_is_the_admin_from_the_first_start_and_nobody_else_can_sign_up(standin_ui, scripted, tmp_path) -> None:
+    """The attack: whoever signs up first on a fresh UI is its admin, and sign-up stayed open. Now bench's
+    admin is made at start (WEBUI_ADMIN_EMAIL/PASSWORD), sign-up is closed, and stays closed at later starts."""
+    from engines.openwebui_account import ADMIN_MADE, Account, accounts
+
+    engine, data = Endpoint(scripted.base_url, "scripted"), tmp_path / "data"
+    with launch_openwebui(tmp_path, engine, data) as ui:
+        env = json.loads(standin_ui.read_text())["env"]
+        assert env["WEBUI_ADMIN_EMAIL"] == ui.account.email and env["WEBUI_ADMIN_PASSWORD"] == ui.account.password
+        assert _sign_up(ui.root, "mallory@localhost").status_code == 403
+    assert accounts(data) == [Account("bench@localhost", "bench", "admin")]
+    assert json.loads((data / CREDENTIALS).read_text())[ADMIN_MADE] is True
+    with launch_openwebui(tmp_path, engine, data) as again:
+        assert json.loads(standin_ui.read_text())["env"]["ENABLE_SIGNUP"] == "false"  # closed from the start
+        assert _sign_up(again.root, "mallory@localhost").status_code == 403
+    assert [a.email for a in accounts(data) or []] == ["bench@localhost"]
+
+
+def test_an_older_ui_gets_bench_as_its_first_account_then_sign_up_closed_through_its_admin_api(
+        standin_ui, scripted, tmp_path, monkeypatch) -> None:
+    """An Open WebUI that ignores WEBUI_ADMIN_* and leaves sign-up open: bench signs up first (the first
+    account is admin) and turns sign-up off through the admin config API before anything else."""
+    from engines.openwebui_account import accounts
+
+    monkeypatch.setenv("STANDIN_OPENWEBUI_OLD", "1")
+    with launch_openwebui(tmp_path, Endpoint(scripted.base_url, "scripted"), tmp_path / "data") as ui:
+        assert json.loads(standin_ui.read_text())["env"]["ENABLE_SIGNUP"] == "true"  # no account yet
+        assert _sign_up(ui.root, "mallory@localhost").status_code == 403
+        token = httpx.post(ui.root + "/api/v1/auths/signin",
+                           json={"email": ui.account.email, "password": ui.account.password}).json()["token"]
+        config = httpx.get(ui.root + "/api/v1/auths/admin/config", headers={"Authorization": f"Bearer {token}"})
+        assert config.json()["ENABLE_SIGNUP"] is False
+    assert [(a.email, a.role) for a in accounts(tmp_path / "data") or []] == [("bench@localhost", "admin")]
+
+
+def test_an_admin_that_is_not_benchs_is_refused_by_name_and_the_ui_stopped(standin_ui, scripted, tmp_path) -> None:
+    """Someone signed up first (or the data directory is another's): bench's sign-in fails while the UI has
+    accounts. The launch is refused naming that admin; nothing of bench's keeps running."""
+    from engines import lifeline
+
+    data = tmp_path / "data"
+    data.mkdir()
+    db = standin_openwebui.database(str(data))
+    standin_openwebui.add_account(db, "mallory@localhost", "hers", "mallory", "admin")
+    db.close()
+    with pytest.raises(EngineStartError) as error:
+        with launch_openwebui(tmp_path, Endpoint(scripted.base_url, "scripted"), data):
+            pytest.fail("a UI whose admin is someone else's was used")
+    message = str(error.value)
+    assert f"Open WebUI's data in {data} has an admin that is not bench's: mallory@localhost (mallory)" in message
+    assert "signing in as bench@localhost with bench's saved password failed while it has accounts" in message
+    assert lifeline.marked_processes(lifeline.owner_id()) == {}  # the UI was stopped
+    env = json.loads(standin_ui.read_text())["env"]
+    assert env["ENABLE_SIGNUP"] == "false"  # it had accounts: bench did not open sign-up to make its own
+
+
+@contextmanager
+def keyed_engine(key: str) -> Iterator[str]:
+    """A real aiohttp server in a thread that serves model `keyed` only to `Authorization: Bearer <key>`."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from engines.launch import free_port
+
+    async def guarded(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": {"message": "invalid API key"}}, status=401)
+        if request.method == "GET":
+            return web.json_response({"object": "list", "data": [{"id": "keyed", "object": "model"}]})
+        return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                               "finish_reason": "stop"}]})
+
+    app = web.Application()
+    app.add_routes([web.get("/v1/models", guarded), web.post("/v1/chat/completions", guarded)])
+    runner, port, loop = web.AppRunner(app), free_port(), asyncio.new_event_loop()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+
+def test_the_ui_asks_the_engine_with_the_engines_key(standin_ui, tmp_path, monkeypatch) -> None:
+    """An engine that wants a key: Open WebUI gets its value (not `none`), so it lists the engine's model and
+    a chat through it is answered; a key variable that is not set is said before the UI starts."""
+    monkeypatch.setenv("ENGINE_KEY_FOR_TEST", "k-engine-7f3a")
+    with keyed_engine("k-engine-7f3a") as base_url:
+        engine = Endpoint(base_url, "keyed", api_key_env="ENGINE_KEY_FOR_TEST")
+        with launch_openwebui(tmp_path, engine, tmp_path / "data") as ui:
+            assert json.loads(standin_ui.read_text())["env"]["OPENAI_API_KEY"] == "k-engine-7f3a"
+            answer = httpx.post(ui.root + "/api/v1/chat/completions",
+                                headers={"Authorization": f"Bearer {os.environ[UI_KEY_ENV]}"},
+                                json={"model": "keyed", "messages": [{"role": "user", "content": "hi"}]})
+            assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == "hi"
+        monkeypatch.delenv("ENGINE_KEY_FOR_TEST")
+        standin_ui.unlink()
+        with pytest.raises(EngineStartError, match="--api-key-env names ENGINE_KEY_FOR_TEST, but that environment "
+                                                   "variable is not set"):
+            with launch_openwebui(tmp_path, engine, tmp_path / "data"):
+                pass
+        assert not standin_ui.exists()  # refused before the UI started
+
+
+def test_a_squatted_ui_port_is_refused_before_bench_signs_in_there(standin_ui, scripted, tmp_path,
+                                                                   monkeypatch) -> None:
+    """The port chosen for the UI is bound by another local process first, answering /health as the UI would.
+    The launch is refused naming it, and that process never receives bench's admin password."""
+    import engines.launch as launch
+    from engines import lifeline
+    from tests.engines.test_launch import squatter
+
+    port = launch.free_port()
+    monkeypatch.setattr(launch, "free_port", lambda host="127.0.0.1": port)  # the race, made certain
+    seen = tmp_path / "squatter-saw.log"
+    with squatter(port, seen) as squat:
+        with pytest.raises(EngineStartError, match=f"port {port} was taken by another process \\(pid {squat.pid}, "):
+            with launch_openwebui(tmp_path, Endpoint(scripted.base_url, "scripted"), tmp_path / "data"):
+                pytest.fail("bench used a UI it did not start")
+    assert "/api/v1/auths" not in seen.read_text()  # readiness only: no sign-in, no password
+    assert lifeline.marked_processes(lifeline.owner_id()) == {}
