@@ -211,24 +211,41 @@ def _count(row: dict[str, Any], name: str, where: str, minimum: int = 1, default
 def _otel(file: Path, text: str, block: int) -> list[SessionTrace]:
     calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for where, obj in _json_objects(file, text):
-        for number, span in enumerate(_spans_in(obj, where), start=1):
-            call = _otel_span(span, f"{where}: span {number}")
+        for number, (place, span) in enumerate(_spans_in(obj, where), start=1):
+            call = _otel_span(span, f"{where}: span {number}{place}")
             if call is not None:
                 calls[call["trace_id"]].append(call)
     return [_otel_session(trace_id, sorted(of_trace, key=lambda c: c["start"]), file, block)
             for trace_id, of_trace in calls.items()]
 
 
-def _spans_in(obj: Any, where: str) -> list[Any]:
+def _spans_in(obj: Any, where: str) -> list[tuple[str, Any]]:
+    """(where in the export, span) for each span: ' (resourceSpans[0].scopeSpans[0].spans[2])', or '' for a span
+    given alone."""
     if isinstance(obj, dict) and ("traceId" in obj or "trace_id" in obj):
-        return [obj]
+        return [("", obj)]
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected an OTLP export ({{\"resourceSpans\": [...]}}) or a span")
-    spans: list[Any] = []
-    for resource in obj.get("resourceSpans", obj.get("resource_spans", [])) or []:
-        for scope in resource.get("scopeSpans", resource.get("scope_spans", [])) or []:
-            spans += scope.get("spans", []) or []
+    spans: list[tuple[str, Any]] = []
+    for i, resource in enumerate(_listed(obj, ("resourceSpans", "resource_spans"), where)):
+        at = f"resourceSpans[{i}]"
+        if not isinstance(resource, dict):
+            raise DatasetError(f"{where}: {at}: expected an object with 'scopeSpans'")
+        for j, scope in enumerate(_listed(resource, ("scopeSpans", "scope_spans"), f"{where}: {at}")):
+            if not isinstance(scope, dict):
+                raise DatasetError(f"{where}: {at}.scopeSpans[{j}]: expected an object with 'spans'")
+            listed = _listed(scope, ("spans",), f"{where}: {at}.scopeSpans[{j}]")
+            spans += [(f" ({at}.scopeSpans[{j}].spans[{k}])", span) for k, span in enumerate(listed)]
     return spans
+
+
+def _listed(obj: dict[str, Any], names: tuple[str, ...], where: str) -> list[Any]:
+    """The list under the first of `names` the object has (OTLP JSON's camelCase, or the proto's snake_case)."""
+    name = next((n for n in names if n in obj), names[0])
+    value = obj.get(name) or []
+    if not isinstance(value, list):
+        raise DatasetError(f"{where}: field '{name}' must be a list")
+    return value
 
 
 def _otel_span(span: Any, where: str) -> dict[str, Any] | None:
@@ -238,13 +255,16 @@ def _otel_span(span: Any, where: str) -> dict[str, Any] | None:
     attributes = _attributes(span.get("attributes", []), where)
     if "gen_ai.usage.input_tokens" not in attributes:
         return None
-    trace_id = span.get("traceId", span.get("trace_id"))
+    id_key, start_key, end_key = (_spelled(span, names) for names in (("traceId", "trace_id"),
+                                                                         ("startTimeUnixNano", "start_time"),
+                                                                         ("endTimeUnixNano", "end_time")))
+    trace_id = span.get(id_key)
     if not isinstance(trace_id, str) or not trace_id:
-        raise DatasetError(f"{where}: field 'trace_id' must be a non-empty string")
-    start = _time_s(span.get("startTimeUnixNano", span.get("start_time")), f"{where}: start_time")
-    end = _time_s(span.get("endTimeUnixNano", span.get("end_time")), f"{where}: end_time")
+        raise DatasetError(f"{where}: field '{id_key}' must be a non-empty string")
+    start = _time_s(span.get(start_key), f"{where}: field '{start_key}'")
+    end = _time_s(span.get(end_key), f"{where}: field '{end_key}'")
     if end < start:
-        raise DatasetError(f"{where}: end_time is before start_time")
+        raise DatasetError(f"{where}: field '{end_key}' is before '{start_key}'")
     counts = {name: _count({name: _int_value(attributes.get(name))}, name, where)
               for name in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")}
     return {"trace_id": trace_id, "start": start, "end": end, "where": where,
@@ -252,6 +272,11 @@ def _otel_span(span: Any, where: str) -> dict[str, Any] | None:
             "inputs": [*_messages(attributes, "gen_ai.tool.definitions", where),
                        *_messages(attributes, "gen_ai.input.messages", where)],
             "outputs": _messages(attributes, "gen_ai.output.messages", where)}
+
+
+def _spelled(span: dict[str, Any], names: tuple[str, str]) -> str:
+    """The field's name as the file spells it (OTLP JSON's camelCase first)."""
+    return names[1] if names[0] not in span and names[1] in span else names[0]
 
 
 def _attributes(raw: Any, where: str) -> dict[str, Any]:
@@ -269,7 +294,12 @@ def _attributes(raw: Any, where: str) -> dict[str, Any]:
 
 
 def _int_value(value: Any) -> Any:
-    return int(value) if isinstance(value, str) and value.isdigit() else value
+    return int(value) if _is_digits(value) else value
+
+
+def _is_digits(value: Any) -> bool:
+    """A string of ASCII digits, short enough for int() (str.isdigit alone takes '²' and '٣')."""
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 300
 
 
 def _messages(attributes: dict[str, Any], name: str, where: str) -> list[bytes]:
@@ -289,14 +319,14 @@ def _messages(attributes: dict[str, Any], name: str, where: str) -> list[bytes]:
 
 def _time_s(value: Any, where: str) -> float:
     """Nanoseconds since the epoch (a number or a string of digits), or an ISO 8601 date and time."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return value / 1e9
-    if isinstance(value, str) and value.isdigit():
+    if _is_digits(value):
         return int(value) / 1e9
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError):  # not a time, or one the platform can't place (year 1)
             pass
     raise DatasetError(f"{where}: expected nanoseconds since the epoch or an ISO 8601 time (got "
                        f"{'nothing' if value is None else type(value).__name__})")

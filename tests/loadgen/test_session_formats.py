@@ -94,7 +94,7 @@ def test_a_synthetic_agent_workload_is_drawn_the_same_from_the_same_seed() -> No
     ("tools.jsonl", '{"session_id": "a", "round_index": 0, "input_tokens_total": 10, "prefix_tokens": 0, '
      '"output_tokens": 3, "tools": [{"tool_name": "x"}]}\n', "tools[0]: field 'tool_wall_latency_ms' must be"),
     ("span.json", '[{"trace_id": "t", "start_time": "soon", "attributes": {"gen_ai.usage.input_tokens": 3}}]',
-     "span 1: start_time: expected nanoseconds since the epoch or an ISO 8601 time"),
+     "span 1: field 'start_time': expected nanoseconds since the epoch or an ISO 8601 time"),
 ])
 def test_a_malformed_session_file_is_refused_naming_the_file_the_line_or_session_and_the_field(
         tmp_path, name, text, said) -> None:
