@@ -61,13 +61,26 @@ def _write(out: Path, data: dict[str, Any], screenshots: dict[str, bytes] | None
 
 
 def _template(name: str) -> Any:
+    """A template whose every `{{ value }}` is escaped for its page: HTML's by jinja2's autoescape, Markdown's by
+    `markdown_text` (names and notes come from files and servers: a model called `<script>` stays text)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                              autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined)
+                             undefined=jinja2.StrictUndefined,
+                             finalize=markdown_text if name.endswith(".md.j2") else None)
     env.filters.update(usd=usd, tokens=tokens, pct=share, num=_num, ms=_ms, util=_utilization)
     return env.get_template(name)
+
+
+_MARKDOWN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "[": "\\[", "]": "\\]",
+                           "\\": "\\\\", "`": "\\`", "\n": " ", "\r": " "})
+
+
+def markdown_text(value: Any) -> Any:
+    """A value as Markdown text that stays text: no raw HTML, no link or image, no code span, and in a table one
+    cell (a `|` or a line break would end it). Numbers and None pass as they are."""
+    return value.translate(_MARKDOWN) if isinstance(value, str) else value
 
 
 def _num(value: float | None, digits: int = 2) -> str:

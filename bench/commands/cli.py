@@ -390,7 +390,7 @@ def history(
             if not run.summaries:
                 fail(f"--import {run_dir}: no measured level in it")
             added += hist.record_run(run, runs, run_precision(run))
-        console.print(f"{added} levels of {len(import_runs)} run(s) added to {hist.history_path(runs)}")
+        console.print(f"{added} levels of {len(import_runs)} run(s) added to {hist.history_path(runs)}", markup=False)
     try:
         trends = hist.trends(runs, metric, engine, model, level)
     except hist.HistoryError as exc:
@@ -399,7 +399,7 @@ def history(
         fail("no run of the history matches --engine / --model / --level")
     console.print(history_table(trends))
     page = write_history_page(trends, metric, hist.history_path(runs).parent / "history.html")
-    console.print(f"history: {page}", highlight=False)
+    console.print(f"history: {page}", highlight=False, markup=False)
     if any(t.verdict == "regression" for t in trends):
         raise typer.Exit(1)
 
@@ -461,7 +461,7 @@ def clean(dry_run: bool = typer.Option(False, help="Only list what would be remo
         console.print("nothing left behind")
         return
     for item in found:
-        console.print(f"{'would remove' if dry_run else 'removing'} {item.describe()}", highlight=False)
+        console.print(f"{'would remove' if dry_run else 'removing'} {item.describe()}", highlight=False, markup=False)
     if not dry_run:
         lifeline.remove_leftovers(found, client)
 

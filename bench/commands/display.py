@@ -26,6 +26,18 @@ from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, R
 from reports.ui_overhead import UiLevel
 
 
+class DataTable(Table):
+    """A table of data: its title and cells are shown as given, never read as rich markup (a name from a file or
+    a server may hold `[/x]` or `[bold]`, which would crash the table or restyle it)."""
+
+    def __init__(self, *headers: Any, title: str | Text | None = None, **options: Any) -> None:
+        super().__init__(*headers, title=Text(title, style="table.title") if isinstance(title, str) else title,
+                         **options)
+
+    def add_row(self, *cells: Any, **options: Any) -> None:  # rich's signature
+        super().add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), **options)
+
+
 class RichSweepProgress:
     """One line per level: requests done, failures, output tokens/s so far, elapsed time; after each level,
     what `describe` makes of its summary (a capacity search's verdict on the probe), if anything."""
@@ -99,7 +111,7 @@ def capacity_line(capacity: dict[str, Any], sessions: bool = False) -> str:
 
 
 def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
-    table = Table(title=title or None, show_lines=False)
+    table = DataTable(title=title or None, show_lines=False)
     columns = ["engine", "level", "ok/failed", "req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms",
                "TPOT p50 ms", "E2E p50 ms", "goodput req/s", "SLO met", "in flight", "note"]
     for name in columns:
@@ -117,7 +129,7 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
 
 def quality_table(summaries: list[LevelSummary], title: str = "graded answers") -> Table:
     """Each level of a graded dataset: the share of answers that were right, with its 95 % interval."""
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("engine", "level", "graded", "accuracy", "95 % interval", "failed (not graded)"):
         table.add_column(name, justify="left" if name in ("engine", "level") else "right")
     for s in summaries:
@@ -131,7 +143,7 @@ def quality_table(summaries: list[LevelSummary], title: str = "graded answers") 
 def quality_runs_table(runs: list[tuple[str, Scores]], title: str = "quality") -> Table:
     """Each engine on one eval (its name and scores): accuracy with its 95 % interval, and by category."""
     categories = sorted({name for _, scores in runs for name in scores.by_category})
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("engine", "graded", "accuracy", "95 % interval", "failed", *categories):
         table.add_column(name, justify="left" if name == "engine" else "right")
     for engine, s in runs:
@@ -145,7 +157,7 @@ def quality_runs_table(runs: list[tuple[str, Scores]], title: str = "quality") -
 def sessions_table(summaries: list[LevelSummary], title: str = "agent sessions") -> Table:
     """Each level of agent sessions, session by session: how many ended how, how long, how many an hour, TTFT by
     step, and the prefix-cache hit rate the trace implies beside the one the server reported."""
-    table = Table(title=title)
+    table = DataTable(title=title)
     columns = ["engine", "level", "sessions", "completed/cut/failed", "duration p50/p95 s", "per hour", "alive",
                "TTFT p95 by step ms", "hit rate implied/measured"]
     for name in columns:
@@ -164,7 +176,7 @@ def sessions_table(summaries: list[LevelSummary], title: str = "agent sessions")
 def adapters_table(summaries: list[LevelSummary], title: str = "each LoRA adapter's part of its level") -> Table:
     """Each level across adapters, adapter by adapter: its requests and their share, its output tokens a second
     (the rows of a level add up to it), TTFT and TPOT."""
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("engine", "level", "adapter", "requests", "share", "out tok/s", "TTFT p50/p95 ms", "TPOT p50 ms",
                  "E2E p50 ms"):
         table.add_column(name, justify="left" if name in ("engine", "level", "adapter") else "right")
@@ -185,7 +197,7 @@ def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
     notes = {s.level: _note(s) for s in summaries}
     tpot = {s.level: s.latency.tpot_ms.p50 for s in summaries}
     engines = {s.level: s.engine for s in summaries}
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("engine", "level", "adapters", "out tok/s", "x", "TTFT p95 ms", "x p95", "TPOT p50 ms",
                  "adapters a batch", "note"):
         table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
@@ -205,7 +217,7 @@ def _ratio(value: float | None) -> str:
 def history_table(trends: list[Trend]) -> Table:
     """Each configuration's runs at each level, oldest to newest, and what the newest did."""
     metric = trends[0].metric if trends else ""
-    table = Table(title=f"history of {metric} (newest last; its expected range from the earlier runs, 95 %)")
+    table = DataTable(title=f"history of {metric} (newest last; its expected range from the earlier runs, 95 %)")
     for name in ("configuration", "level", "runs", "values", "expected", "newest"):
         table.add_column(name, justify="left" if name in ("configuration", "level", "newest") else "right")
     for t in trends:
@@ -218,7 +230,7 @@ def history_table(trends: list[Trend]) -> Table:
 
 def finetunes_table(d: FinetuneDecision) -> Table:
     """N fine-tunes three ways: self-hosted together, each host's serverless LoRA, N dedicated deployments."""
-    table = Table(title=f"{d.num_adapters} LoRA fine-tune{'s' * (d.num_adapters > 1)}, served three ways")
+    table = DataTable(title=f"{d.num_adapters} LoRA fine-tune{'s' * (d.num_adapters > 1)}, served three ways")
     for name in ("option", "USD a month", "how", "price dated"):
         table.add_column(name, justify="right" if name == "USD a month" else "left")
     for o in d.options:
@@ -230,7 +242,7 @@ def finetunes_table(d: FinetuneDecision) -> Table:
 
 def repeats_table(repeated: list[RepeatedLevel], title: str = "levels measured more than once") -> Table:
     """Each repeated level: the mean of its repeats with the 95 % interval, and the values themselves."""
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("engine", "level", "repeats", "out tok/s", "TTFT p95 ms", "TPOT p95 ms", "SLO met"):
         table.add_column(name, justify="left" if name in ("engine", "level") else "right")
     for r in repeated:
@@ -252,7 +264,7 @@ def replica_view_table(views: list[tuple[int, ServerView]], title: str, budgets:
     totals: dict[str, float] = {}
     for _, v in views:
         totals[v.level] = totals.get(v.level, 0.0) + (v.generated_tokens or 0.0)
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("level", "replica", *(("budget",) if budgets else ()), "running", "waiting", "tokens generated",
                  "share of tokens", "prefix hit rate"):
         table.add_column(name, justify="left" if name in ("level", "budget") else "right")
@@ -267,7 +279,7 @@ def replica_view_table(views: list[tuple[int, ServerView]], title: str, budgets:
 def ui_overhead_table(levels: list[UiLevel], title: str) -> Table:
     """Direct to the engine and through the UI, level by level: TTFT and ITL p50 and what the UI added,
     output tokens/s and the share the UI kept."""
-    table = Table(title=title)
+    table = DataTable(title=title)
     for name in ("level", "TTFT p50 direct", "via UI", "added", "ITL p50 direct", "via UI", "added",
                  "tok/s direct", "via UI", "kept"):
         table.add_column(name, justify="left" if name == "level" else "right")
@@ -282,7 +294,7 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
                objective: str, min_accuracy: float | None = None) -> Table:
     """Each configuration of a tune: capacity and throughput at the operating point, what that costs, time to
     ready, and the objective's figure against the default's; the best marked."""
-    table = Table(title=f"configurations, best by {objective} marked *")
+    table = DataTable(title=f"configurations, best by {objective} marked *")
     from bench.flows.tune import accuracy_note
 
     graded = any(r.accuracy is not None for r in results)
@@ -315,7 +327,7 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
     """What the server's own metrics said during each level (means over the samples taken while it ran); behind
     a router, its replicas' summed."""
     replicas = max((v.num_replicas for v in views), default=1)
-    table = Table(title=title + (f" ({replicas} replicas summed; hits pooled over their lookups)"
+    table = DataTable(title=title + (f" ({replicas} replicas summed; hits pooled over their lookups)"
                                  if replicas > 1 else ""))
     lora = any(v.mean_running_adapters is not None for v in views)
     columns = ["level", "samples", "running", "waiting", "KV cache max", "preemptions", "prefix hit rate"]
@@ -332,7 +344,7 @@ def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:
     """Runs side by side, level by level, each with its source (measured here, or imported from which tool);
     output tokens/s also as a ratio to the first run's same level."""
     baseline = {s.level: s.throughput.output_tokens_per_s for s in runs[0][2]} if runs else {}
-    table = Table(title="comparison (x = output tokens/s relative to the first run)")
+    table = DataTable(title="comparison (x = output tokens/s relative to the first run)")
     for name in ["run", "source", "engine", "level", "ok/failed", "out tok/s", "x", "TTFT p50/p99 ms",
                  "ITL p50/p99 ms", "goodput req/s", "note"]:
         table.add_column(name, justify="left" if name in ("run", "source", "engine", "level", "note") else "right")
@@ -349,7 +361,7 @@ def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:
 
 
 def engines_table(engines: list[Availability]) -> Table:
-    table = Table(title="engines")
+    table = DataTable(title="engines")
     for name in ("engine", "can run here", "detail"):
         table.add_column(name)
     for engine in engines:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail
@@ -62,21 +63,20 @@ def quality(
         console.print(quality_runs_table([(run.name, run.scores) for run in shown]))
     for run in outcome.runs:
         if run.paired is not None and run.paired.num_both:
-            console.print(run.paired.sentence(), highlight=False)
+            console.print(run.paired.sentence(), highlight=False, markup=False)
         if run.agreement is not None:
-            console.print(run.agreement.sentence(), highlight=False)
+            console.print(run.agreement.sentence(), highlight=False, markup=False)
     for run in shown:
-        console.print(f"{run.name}: {run.run_dir / 'quality.json'}", highlight=False)
+        console.print(f"{run.name}: {run.run_dir / 'quality.json'}", highlight=False, markup=False)
     for engine, reason in outcome.failures:
-        errors.print(f"[bold red]not asked:[/] {engine}: {reason}", highlight=False, markup=True)
+        errors.print(f"[bold red]not asked:[/] {escape(engine)}: {escape(reason)}", highlight=False, markup=True)
     if outcome.failures:
         raise typer.Exit(2 if not shown else 1)
 
 
 def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | None, concurrency: int) -> None:
     """lm-eval against each engine; its scores printed, and written to each run's quality.json."""
-    from rich.table import Table
-
+    from bench.commands.display import DataTable
     from bench.flows.lm_eval import LmEvalError, LmEvalPlan, find_lm_eval, run_lm_eval
     from engines.endpoint import EndpointError
     from engines.launch import EngineStartError
@@ -91,7 +91,7 @@ def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | 
         fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(stopping.exit_code()) from None
-    table = Table(title=f"lm-eval: {task}")
+    table = DataTable(title=f"lm-eval: {task}")
     for name in ("engine", "task", "metric", "value", "stderr", "documents"):
         table.add_column(name, justify="left" if name in ("engine", "task", "metric") else "right")
     for run in runs:
@@ -104,8 +104,8 @@ def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | 
                               f"{stderr:.3g}" if isinstance(stderr, int | float) else "-", str(scores.get("n") or "-"))
     console.print(table)
     for run in runs:
-        console.print(f"{run.name}: {run.run_dir / 'quality.json'}", highlight=False)
+        console.print(f"{run.name}: {run.run_dir / 'quality.json'}", highlight=False, markup=False)
     for engine, reason in failures:
-        errors.print(f"[bold red]not evaluated:[/] {engine}: {reason}", highlight=False, markup=True)
+        errors.print(f"[bold red]not evaluated:[/] {escape(engine)}: {escape(reason)}", highlight=False, markup=True)
     if failures:
         raise typer.Exit(2 if not runs else 1)

@@ -248,16 +248,17 @@ def _message(exc: Exception) -> str:
 
 
 def _print_verdict(console: Console, decision: Decision) -> None:
-    from rich.table import Table
+    from rich.markup import escape
 
+    from bench.commands.display import DataTable
     from common.units import tokens, usd
     from costmodel.prices import MAX_PRICE_AGE_DAYS
 
-    console.print(f"[bold]{decision.verdict.headline}[/]", highlight=False)
+    console.print(f"[bold]{escape(decision.verdict.headline)}[/]", highlight=False)  # names from files: text
     _bullets(console, [*decision.verdict.lines, *_reasoning_lines(decision)])
     best = decision.best
     if best is not None:
-        table = Table(show_lines=False)
+        table = DataTable(show_lines=False)
         for name in ("option", "per month", "per 1M tokens", "crossover (self-hosting cheaper above)",
                      "break-even utilization"):
             # A narrow table breaks a long provider id over two lines rather than cutting it short.
@@ -285,13 +286,14 @@ def _print_verdict(console: Console, decision: Decision) -> None:
         console.print(table)
     console.print("Assumed:", highlight=False)
     for line in assumption_lines(decision):
-        console.print(f"  {line}", highlight=False)
+        console.print(f"  {line}", highlight=False, markup=False)
     for text in dict.fromkeys([*decision.warnings, *(w for r in decision.results for w in r.warnings)]):
-        console.print(f"[yellow]warning:[/] {text}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False)
     stale = decision.stale_prices
     if stale:
         console.print(f"[yellow]note:[/] {len(stale)} price(s) used are older than {MAX_PRICE_AGE_DAYS} days "
-                      f"(oldest {stale[0].id}, {stale[0].retrieved}); pass your own with --prices", highlight=False)
+                      f"(oldest {escape(stale[0].id)}, {stale[0].retrieved}); pass your own with --prices",
+                      highlight=False)
 
 
 def _bullets(console: Console, lines: list[str]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail, warn
@@ -127,7 +128,7 @@ def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOver
     except Exception as exc:  # a bad flag or engine argument: this configuration fails, the others go on
         entry.status = f"failed: {exc}"
         plan.save()
-        errors.print(f"[bold red]{entry.config.name} failed:[/] {exc}", highlight=False)
+        errors.print(f"[bold red]{escape(entry.config.name)} failed:[/] {escape(str(exc))}", highlight=False)
         return False
     result = outcome.results[0] if outcome.results else None
     entry.run_dir = result.run_dir.name if result else entry.run_dir or _new_run_dir(plan.folder, before)
@@ -139,7 +140,8 @@ def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOver
     if result is not None:
         _report(entry.config.name, result.run_dir)
     if outcome.failures:
-        errors.print(f"[bold red]{entry.config.name} failed:[/] {outcome.failures[0][1]}", highlight=False)
+        errors.print(f"[bold red]{escape(entry.config.name)} failed:[/] {escape(outcome.failures[0][1])}",
+                     highlight=False)
     return entry.status == "complete"
 
 

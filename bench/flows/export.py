@@ -80,7 +80,7 @@ def _request_rows(run: Run) -> list[dict[str, Any]]:
         return list(read_jsonl(run.run_dir / rundir.REQUESTS_FILE))
     from bench.imports import read_levels
 
-    files = [run.run_dir / rundir.IMPORTED_FOLDER / f.name for f in run.info.imported.files]
+    files = rundir.imported_files(run.run_dir, run.info)  # checked again: names inside imported/, sha256 as kept
     levels = read_levels(run.info.imported.tool, files, run.info.run_id, run.info.imported.engine)
     return [asdict(record) for level in levels for record in level.records]
 

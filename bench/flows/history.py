@@ -1,6 +1,7 @@
 """`bench history`'s page: each configuration's trend at each level, plotted, with the newest run's verdict.
 
-One self-contained `history.html` (plots embedded), beside the database in the runs folder.
+One self-contained `history.html` (plots embedded), beside the database in the runs folder. Every name on it
+(engine, model, run) is escaped: it may have come from another tool's file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import jinja2
 
 from bench.run.history import METRICS, Trend
 
-PAGE = jinja2.Template("""<!doctype html>
+# Autoescaped: a label holds a model name from an imported file, which may be `<script>...`.
+PAGE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>history: {{ metric }}</title>
 <style>body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{padding:.2em .6em}
 .regression{color:#b00}.improvement{color:#070}</style></head><body>

@@ -4,15 +4,15 @@
 Every file is read (and refused, naming the field, when it is not what `--from` says) before anything is
 written. The run directory keeps a copy of each file under `imported/` and names the tool, its version where
 the files say it, and each file's sha256 in run.json (`imported`); its levels are read again from those copies
-each time the run is read (`bench/run/rundir.py imported_summaries`), so nothing is taken from a summary
-written once. Files at the same load are its repeats (c8, c8#2, ...), summarized with their interval as a
-sweep's `--repeats` are.
+each time the run is read (`bench/run/rundir.py imported_summaries`, which checks each copy's name and sha256
+first), so nothing is taken from a summary written once. Files at the same load are its repeats (c8, c8#2, ...),
+summarized with their interval as a sweep's `--repeats` are. What the files say is data: a name from them is a
+slug in the run directory's name, and escaped wherever it is shown.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +21,7 @@ from bench.flows.sweep import remember_run
 from bench.imports import ImportFileError, read_levels
 from bench.run import rundir
 from bench.run.runinfo import EngineRecord, ImportedFile, ImportRecord, RunInfo, ToolRecord
+from common.names import inside, slug
 
 
 def import_results(files: Sequence[Path], tool: str, out: Path, engine: str | None = None) -> Path:
@@ -35,15 +36,16 @@ def import_results(files: Sequence[Path], tool: str, out: Path, engine: str | No
     if not levels:
         raise ImportFileError(f"{', '.join(map(str, files))}: no level in the files (expected at least one "
                               "finished benchmark)")
-    name = levels[0].engine
-    run_dir = rundir.new_run_dir(out, f"{tool}-{name}" if name != tool else tool, "imported")
+    name = levels[0].engine  # the file's own word (vLLM's `backend`): data, a slug in the folder's name
+    run_dir = rundir.new_run_dir(out, f"{tool}-{slug(name)}" if name != tool else tool, "imported")
     folder = run_dir / rundir.IMPORTED_FOLDER
     folder.mkdir()
     kept = []
     for index, path in enumerate(files):
-        kept_name = f"{index:03d}-{path.name}"
-        shutil.copyfile(path, folder / kept_name)
-        kept.append(ImportedFile(kept_name, hashlib.sha256(path.read_bytes()).hexdigest(), str(path.resolve())))
+        data = path.read_bytes()  # once: the copy is exactly what was hashed
+        kept_name = f"{index:03d}-{slug(path.name, 'results.json')}"
+        inside(folder, kept_name, "bench import").write_bytes(data)
+        kept.append(ImportedFile(kept_name, hashlib.sha256(data).hexdigest(), str(path.resolve())))
     version = next((level.tool_version for level in levels if level.tool_version), None)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     info = RunInfo(run_id=run_dir.name, status="complete", started_at=now, finished_at=now,

@@ -21,6 +21,7 @@ Everything in a report can be recomputed from these files alone.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections.abc import Iterable
@@ -33,6 +34,7 @@ import orjson
 
 from bench.flows.capacity import read_capacity
 from bench.run.runinfo import RunInfo
+from common.names import UnsafeNameError, inside, slug
 from loadgen.columns import columns_by_level
 from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
@@ -71,8 +73,10 @@ class RunDirError(Exception):
 
 
 def new_run_dir(root: Path, engine: str, scenario: str, now: datetime | None = None) -> Path:
+    """A new folder in `root` named by the time, the engine and the scenario. The names may come from a file
+    (an imported tool's backend): each is reduced to a slug, so the folder is always one level inside `root`."""
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    base = root / f"{stamp}-{engine}-{scenario}"
+    base = inside(root, f"{stamp}-{slug(engine)}-{slug(scenario)}", "run directory")
     path, suffix = base, 1
     while path.exists():
         suffix += 1
@@ -141,7 +145,7 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
     spans = _spans(level_runs)
     samples = _samples(run_dir / TELEMETRY_FILE)
     ui = info.engine.details.ui
-    screenshot = run_dir / ui.page.screenshot if ui and ui.page and ui.page.screenshot else None
+    screenshot = _kept_file(run_dir, ui.page.screenshot) if ui and ui.page and ui.page.screenshot else None
     replicas = _replica_views(run_dir, spans)
     return Run(
         run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo, info)),
@@ -155,6 +159,14 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
         capacity=read_capacity(run_dir),
         ui_screenshot=screenshot.read_bytes() if screenshot is not None and screenshot.is_file() else None,
     )
+
+
+def _kept_file(run_dir: Path, name: str) -> Path | None:
+    """A file run.json names, when it is a plain file name inside the run directory (None: it is not)."""
+    try:
+        return inside(run_dir, name, str(run_dir / RUN_FILE))
+    except UnsafeNameError:
+        return None
 
 
 def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
@@ -195,7 +207,7 @@ def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSumm
 
     assert info.imported is not None
     summaries = []
-    files = [run_dir / IMPORTED_FOLDER / item.name for item in info.imported.files]
+    files = imported_files(run_dir, info)
     for level in read_levels(info.imported.tool, files, info.run_id, info.imported.engine):
         if level.records:
             summary = summarize(list(level.records), slo)
@@ -212,6 +224,27 @@ def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSumm
                 f"the file gives no p95 {', '.join(missing)} to check the SLO against"])
         summaries.append(s)
     return summaries
+
+
+def imported_files(run_dir: Path, info: RunInfo) -> list[Path]:
+    """An imported run's copies of its source files, each checked before it is read: its name in run.json must be
+    a plain file name inside imported/ (a run directory may come from someone else), and its sha256 the one
+    recorded when it was imported. Raises RunDirError naming the file."""
+    assert info.imported is not None
+    folder, paths = run_dir / IMPORTED_FOLDER, []
+    for item in info.imported.files:
+        try:
+            path = inside(folder, item.name, f"{run_dir / RUN_FILE} imported.files name")
+        except UnsafeNameError as exc:
+            raise RunDirError(str(exc)) from None
+        if not path.is_file():
+            raise RunDirError(f"{path}: missing (run.json lists it among the imported files)")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != item.sha256:
+            raise RunDirError(f"{path}: its sha256 is {digest[:16]}..., not the {item.sha256[:16]}... run.json "
+                              "recorded when it was imported; the copy was changed (import the original again)")
+        paths.append(path)
+    return paths
 
 
 def level_spans(run_dir: Path) -> dict[str, tuple[float, float]]:
