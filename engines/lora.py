@@ -11,13 +11,16 @@
 N is the number of adapters (every adapter may share a batch: the engines' defaults, 1 for vLLM and the
 reference engine, would make adapters wait for one another, which is a setting, not the engine's cost), and R
 the highest rank among them; either one given as an engine argument is left as given. A container sees each
-adapter mounted read-only at /adapters/NAME. Light on purpose: no torch, the adapters' configs read as JSON.
+adapter mounted read-only at /adapters/NAME; a name that is not plain (`..`, `/`, `:`) is refused first. Light on
+purpose: no torch, the adapters' configs read as JSON.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from common.names import UnsafeNameError, check_adapter_name
 
 LORA_KINDS = ("reference", "vllm", "sglang", "vllm-docker", "sglang-docker")
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
@@ -44,6 +47,7 @@ def lora_flags(kind: str, modules: dict[str, str], args: dict[str, str], in_cont
     """The flags that make engine `kind` serve `modules` (name -> folder; in a container, as mounted)."""
     if not modules:
         return []
+    _check_names(modules)
     engine = kind.removesuffix("-docker")
     if kind not in LORA_KINDS:
         raise LoraFlagError(f"--lora / --adapters-dir: engine '{kind}' is not given LoRA adapters by bench (the "
@@ -65,4 +69,15 @@ def lora_flags(kind: str, modules: dict[str, str], args: dict[str, str], in_cont
 
 def container_mounts(modules: dict[str, str]) -> dict[str, str]:
     """Each adapter's folder mounted read-only at /adapters/NAME."""
+    _check_names(modules)
     return {str(Path(path).resolve()): f"{CONTAINER_ADAPTERS}/{name}:ro" for name, path in modules.items()}
+
+
+def _check_names(modules: dict[str, str]) -> None:
+    """A name becomes `NAME=PATH` in a flag and /adapters/NAME in a container: `..`, `/`, `:` or `=` would escape
+    either, so only a plain name is taken (from flags, an engine file's `lora:`, or an --adapters-dir listing)."""
+    for name in modules:
+        try:
+            check_adapter_name(name, "--lora / an engine file's lora:")
+        except UnsafeNameError as exc:
+            raise LoraFlagError(str(exc)) from None

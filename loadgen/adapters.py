@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.names import UnsafeNameError, check_adapter_name
 from loadgen.arrivals import parse_label
 from loadgen.types import AdapterCount, LevelSummary, RequestSpec
 
@@ -170,8 +171,11 @@ def plan_adapters(settings: object, seed: int) -> AdapterPlan | None:
         if not found:
             raise AdapterMixError(f"--adapters-dir {folder}: no adapter in it (a subfolder holding {ADAPTER_CONFIG} "
                                   "each; `bench lora make` writes some)")
+        for name in found:
+            _check_name(name, f"--adapters-dir {folder}")
         served = {**found, **served}
     for name, path in served.items():
+        _check_name(name, f"--lora {name}={path} (workload.adapters.modules)")
         if not (Path(path) / ADAPTER_CONFIG).is_file():
             raise AdapterMixError(f"--lora {name}={path}: no {ADAPTER_CONFIG} there (a PEFT LoRA folder)")
     names = settings.names or list(served)
@@ -184,6 +188,14 @@ def plan_adapters(settings: object, seed: int) -> AdapterPlan | None:
                                   f"than the {len(names)} adapters given")
         counts = tuple(dict.fromkeys([0, *sorted(settings.counts)]))  # the base model alone first: the yardstick
     return AdapterPlan(served, mix, counts)
+
+
+def _check_name(name: str, source: str) -> None:
+    """An adapter bench serves is named in engine flags (`NAME=PATH`) and a container's mount (/adapters/NAME)."""
+    try:
+        check_adapter_name(name, source)
+    except UnsafeNameError as exc:
+        raise AdapterMixError(str(exc)) from None
 
 
 def adapter_counts(summaries: Sequence[LevelSummary]) -> list[AdapterCount]:
