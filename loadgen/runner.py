@@ -25,7 +25,7 @@ import numpy as np
 from loadgen.arrivals import Level, arrival_offsets
 from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
-from loadgen.quality.graders import grade
+from loadgen.quality.graders import judge
 from loadgen.recorder import JsonlWriter
 from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
@@ -421,9 +421,13 @@ def answer_sha256(text: str) -> str:
 
 
 def graded(spec: RequestSpec, record: RequestRecord) -> RequestRecord:
-    """A graded line's answer judged as it ends (a failed request is not graded: it has no answer)."""
+    """A graded line's answer judged as it ends (a failed request is not graded: it has no answer; one the grader
+    could not judge, a dataset's regex out of time, is not graded either, and its record says why)."""
     if spec.grading is not None and record.ok:
-        record.correct = grade(spec.grading.grader, spec.grading.accepted, record.output_text or "")
+        verdict = judge(spec.grading.grader, spec.grading.accepted, record.output_text or "")
+        record.correct = verdict.correct
+        if verdict.note:
+            record.error_message = verdict.note
     return record
 
 

@@ -7,7 +7,9 @@
   one.
 - choice: the first standalone letter A-J in the answer (not part of a word) is the accepted letter; the
   pronoun ("I think ...": an I followed by a lower-case word) is not a choice.
-- regex: one accepted pattern matches somewhere in the answer (case insensitive).
+- regex: one accepted pattern matches somewhere in the answer (case insensitive). The pattern comes from the
+  dataset, so it runs with a time limit (REGEX_TIMEOUT_S, the `regex` package's): one that backtracks past it
+  (`(a|aa)+$` against "aaaa...b") leaves the line not graded, with a note that says so, and never hangs.
 """
 
 from __future__ import annotations
@@ -15,10 +17,26 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
+
+import regex
 
 GraderName = Literal["exact", "contains", "number", "choice", "regex"]
 GRADERS: tuple[GraderName, ...] = ("exact", "contains", "number", "choice", "regex")
+REGEX_TIMEOUT_S = 0.05  # one pattern against one answer: a sane pattern takes microseconds
+
+
+@dataclass(frozen=True)
+class Grade:
+    """An answer judged: right or wrong, or None when it could not be graded (`note` says why)."""
+
+    correct: bool | None
+    note: str | None = None
+
+
+class _NotGraded(Exception):
+    """A grader that could not judge the answer; the message is the note."""
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _CHOICE = re.compile(r"(?<![A-Za-z'])([A-J])(?![A-Za-z'])(?!(?<=I) [a-z])")  # "I think" is not choice I
@@ -60,15 +78,36 @@ def _choice(accepted: Sequence[str], answer: str) -> bool:
 
 
 def _regex(accepted: Sequence[str], answer: str) -> bool:
-    return any(re.search(pattern, answer, flags=re.IGNORECASE) for pattern in accepted)
+    """Right when a pattern matches; a pattern that ran out of time is not a no: unless another one matches, the
+    line is not graded."""
+    timed_out = []
+    for pattern in accepted:
+        try:
+            if regex.search(pattern, answer, flags=regex.IGNORECASE, timeout=REGEX_TIMEOUT_S):
+                return True
+        except TimeoutError:
+            timed_out.append(pattern)
+    if timed_out:
+        raise _NotGraded(f"not graded: regex {timed_out[0][:80]!r} took more than {REGEX_TIMEOUT_S:g} s against "
+                         f"the answer ({len(answer)} characters), the limit a dataset's pattern is given")
+    return False
 
 
 _BY_NAME: dict[str, Callable[[Sequence[str], str], bool]] = {
     "exact": _exact, "contains": _contains, "number": _number, "choice": _choice, "regex": _regex}
 
 
-def grade(grader: str, accepted: Sequence[str], answer: str) -> bool:
-    return _BY_NAME[grader](accepted, answer)
+def judge(grader: str, accepted: Sequence[str], answer: str) -> Grade:
+    """The answer judged by `grader`, or not graded with a note (a regex that ran out of time)."""
+    try:
+        return Grade(_BY_NAME[grader](accepted, answer))
+    except _NotGraded as exc:
+        return Grade(None, str(exc))
+
+
+def grade(grader: str, accepted: Sequence[str], answer: str) -> bool | None:
+    """Whether the answer is right; None when it could not be graded (`judge` says why)."""
+    return judge(grader, accepted, answer).correct
 
 
 def check_answer(grader: str, accepted: Sequence[str]) -> str | None:
@@ -84,7 +123,7 @@ def check_answer(grader: str, accepted: Sequence[str]) -> str | None:
     if grader == "regex":
         for pattern in accepted:
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                regex.compile(pattern)
+            except regex.error as exc:
                 return f"answer {pattern!r} is not a valid regular expression ({exc})"
     return None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.quality.graders import check_answer, grade
+from loadgen.quality.graders import REGEX_TIMEOUT_S, check_answer, grade, judge
+from loadgen.runner import graded
+from loadgen.types import Grading, RequestRecord, RequestSpec
 
 
 @pytest.mark.parametrize(("grader", "accepted", "answer", "right"), [
@@ -40,3 +42,29 @@ def test_an_answer_a_grader_cannot_check_is_named() -> None:
     assert "letter A-J" in (check_answer("choice", ["K"]) or "")
     assert "regular expression" in (check_answer("regex", ["(unclosed"]) or "")
     assert "non-empty" in (check_answer("contains", [""]) or "")
+
+
+CATASTROPHIC = r"(a|aa)+$"  # against "aaaa...b": Python's re backtracks for ages (hours at 60 a's)
+
+
+@pytest.mark.timeout(60)  # the attack: without a time limit this test hangs
+def test_a_dataset_regex_that_backtracks_forever_leaves_the_line_not_graded_with_a_note() -> None:
+    answer = "a" * 60 + "b"
+    assert check_answer("regex", [CATASTROPHIC]) is None  # a valid pattern: refused only by its time
+    verdict = judge("regex", [CATASTROPHIC], answer)
+    assert verdict.correct is None
+    assert verdict.note is not None and "not graded" in verdict.note and CATASTROPHIC in verdict.note
+    assert f"more than {REGEX_TIMEOUT_S:g} s" in verdict.note
+    assert grade("regex", [CATASTROPHIC, r"b$"], answer) is True  # another pattern that matches still counts
+    assert grade("regex", [r"(a+)+$"], answer) is False  # the textbook case: the regex package is not fooled
+
+
+@pytest.mark.timeout(60)
+def test_a_graded_record_whose_pattern_timed_out_is_not_graded_and_says_why() -> None:
+    spec = RequestSpec(0, "chat", "say a's", 64, grading=Grading("regex", (CATASTROPHIC,)))
+    record = RequestRecord("run", "e", "c1", 0, 0.0, ok=True, output_text="a" * 60 + "b")
+    graded(spec, record)
+    assert record.ok and record.correct is None  # the server answered; the grader could not judge it
+    assert record.error_message is not None and "not graded: regex" in record.error_message
+    right = RequestRecord("run", "e", "c1", 1, 0.0, ok=True, output_text="aaaa")
+    assert graded(spec, right).correct is True and right.error_message is None
