@@ -69,10 +69,15 @@ def find_lm_eval(setting: str | None = None) -> Path:
 
 
 def lm_eval_argv(python: Path, endpoint: Endpoint, plan: LmEvalPlan, output: Path) -> list[str]:
-    """lm-eval's command line against `endpoint`: greedy generation through its chat API, samples logged."""
-    model_args = ",".join([f"model={endpoint.model}", f"base_url={endpoint.base_url.rstrip('/')}/chat/completions",
-                           f"num_concurrent={plan.concurrency}", "max_retries=1", "tokenized_requests=False",
-                           "timeout=600"])
+    """lm-eval's command line against `endpoint`: greedy generation through its chat API, samples logged.
+
+    The model's arguments go as one JSON object (lm-eval 0.4.9, the version INSTALL pins, reads `--model_args {...}`
+    as JSON), never joined as `k=v,k=v`: a served model's name is the server's word, and `m,base_url=http://elsewhere`
+    in it would add arguments of its own."""
+    model_args = json.dumps({"model": endpoint.model,
+                             "base_url": f"{endpoint.base_url.rstrip('/')}/chat/completions",
+                             "num_concurrent": plan.concurrency, "max_retries": 1, "tokenized_requests": False,
+                             "timeout": 600})
     argv = [str(python), "-m", "lm_eval", "--model", "local-chat-completions", "--model_args", model_args,
             "--tasks", plan.task, "--apply_chat_template", "--gen_kwargs", "temperature=0,do_sample=False",
             "--output_path", str(output), "--log_samples"]
