@@ -3,12 +3,22 @@
 It handles events split across reads, several events in one read, LF / CRLF / CR line endings,
 comment and keep-alive lines (`: ping`), multi-line `data:` fields and named events (`event: error`).
 The common case, one `data: {...}` line per event, takes a fast path: this runs once per streamed
-token, so it is the load generator's hottest code.
+token, so it is the load generator's hottest code. An event still unfinished past MAX_EVENT_BYTES (an endpoint
+that never ends one) fails its request (`EventTooLarge`, an invalid response naming the limit) instead of
+holding ever more memory.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from loadgen.http1 import InvalidResponse
+
+MAX_EVENT_BYTES = 1 << 20  # one event, unfinished: a token's chunk is a few hundred bytes
+
+
+class EventTooLarge(InvalidResponse):
+    """An event that grew past MAX_EVENT_BYTES without its blank line: the stream is not one to read."""
 
 
 class SSEEvent(NamedTuple):
@@ -37,9 +47,10 @@ class SSEParser:
         if b"\r" in buffer:
             buffer = self._normalize_newlines(buffer)
         if b"\n\n" not in buffer:
-            self._buffer = buffer
+            self._buffer = _held(buffer)
             return []
-        *blocks, self._buffer = buffer.split(b"\n\n")
+        *blocks, rest = buffer.split(b"\n\n")
+        self._buffer = _held(rest)
         events = []
         for block in blocks:
             if block.startswith(b"data: ") and b"\n" not in block:
@@ -64,6 +75,14 @@ class SSEParser:
             buffer, held = buffer[:-1], b"\r"
         buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         return buffer + held
+
+
+def _held(unfinished: bytes) -> bytes:
+    """What is kept for the next read: an event not yet ended, within the limit."""
+    if len(unfinished) > MAX_EVENT_BYTES:
+        raise EventTooLarge(f"a server-sent event passed {MAX_EVENT_BYTES:,} bytes (MAX_EVENT_BYTES) without ending "
+                            "(no blank line after it): the stream was dropped")
+    return unfinished
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:
