@@ -1,11 +1,22 @@
 """Engines in containers, through the Docker API (Docker, or podman serving the same API).
 
 Each engine kind maps our options (model, tensor parallel size, concurrent sequences, memory fraction,
-quantization, context length, extra engine args) to that engine's own flags. Every container publishes its
-port on 127.0.0.1 only, mounts the Hugging Face cache so weights download once, gets `HF_TOKEN` from the
-environment (its value is never written to any file of ours), and is stopped and removed on every path.
-Port choice, readiness and the version probe are `engines.launch`'s, shared with local processes; this
-module adds only what the Docker API needs.
+quantization, context length, extra engine args) to that engine's own flags, on a pinned release of its
+image (never `:latest`; the digest pulled is recorded too). Every container publishes its port on 127.0.0.1
+only, on a host port the container runtime picks and holds from the start (so no other process can take it
+between a choice and a bind; `--port` asks for one, refused at once if taken), mounts the Hugging Face cache
+(read-only unless the model must be downloaded: `engines.hf_cache`), gets `HF_TOKEN` from the environment
+(its value is never written to any file of ours), is labelled with the host that started it (for
+`bench clean`), and is stopped and removed on every path.
+
+Shared memory: vLLM, SGLang and TensorRT-LLM get a private `/dev/shm` of `--shm-size` (16g, SGLang 32g)
+instead of the host's IPC namespace, which would let the container reach every shared-memory segment of the
+host. Three `--engine-arg`s (or an engine file's `args`) are the container's, not the engine's:
+`ipc=host` (the host's IPC namespace, as the engines' own docs show, where a multi-GPU engine needs it),
+`shm-size=64g`, and `hf-cache=ro|rw`.
+
+Readiness and the version probe are `engines.launch`'s, shared with local processes; this module adds only
+what the Docker API needs.
 """
 
 from __future__ import annotations
@@ -20,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from engines import lifeline
+from engines import lifeline, ports
+from engines.hf_cache import OFFLINE_ENV, CacheMount, cache_mount
 from engines.launch import (
     ENGINE_LOG,
     LOG_TAIL_LINES,
     EngineStartError,
-    local_port,
+    check_port_free,
     server_version,
     stop_signals_held,
     wait_until_ready,
@@ -39,6 +51,13 @@ if TYPE_CHECKING:  # the docker SDK is an optional extra, imported where a conta
     from docker.models.images import Image
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+# Each engine's newest stable release when pinned (vLLM and SGLang as on PyPI; TensorRT-LLM's NGC release
+# container, whose newer tags are release candidates). Change with `image:` in an engine file.
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+SGLANG_IMAGE = "lmsysorg/sglang:v0.5.23"
+TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+SHM_SIZE = "16g"  # /dev/shm for the engine's worker processes, in place of the host's IPC namespace
+CONTAINER_ARGS = ("ipc", "shm-size", "hf-cache")  # --engine-args that shape the container, not the engine
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,8 @@ class ContainerSpec:
     volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path
     gpus: str | list[int] | None = "all"
     shm_size: str | None = None
-    ipc_host: bool = True
+    ipc_host: bool = False  # the host's IPC namespace: only where asked (`ipc=host`)
+    cache: CacheMount | None = None  # the Hugging Face cache as mounted, and why so (run.json)
     # An init process as PID 1 passes SIGTERM on: an engine that is PID 1 itself ignores it until it has
     # installed its own handler, so a container stopped while loading would wait out the whole stop timeout.
     init: bool = True
@@ -87,14 +107,14 @@ def vllm_spec(o: ContainerOptions) -> ContainerSpec:
     flags = _flags({"model": o.model, "tensor-parallel-size": o.tensor_parallel_size, "max-num-seqs": o.max_num_seqs,
                     "gpu-memory-utilization": o.gpu_memory_fraction, "quantization": o.quantization,
                     "max-model-len": o.max_model_len, "host": "0.0.0.0", "port": 8000})
-    return _spec("vllm", o, "vllm/vllm-openai:latest", flags, 8000, version_path="/version")
+    return _spec("vllm", o, VLLM_IMAGE, flags, 8000, version_path="/version", shm_size=SHM_SIZE)
 
 
 def sglang_spec(o: ContainerOptions) -> ContainerSpec:
     flags = _flags({"model-path": o.model, "tp": o.tensor_parallel_size, "max-running-requests": o.max_num_seqs,
                     "mem-fraction-static": o.gpu_memory_fraction, "quantization": o.quantization,
                     "context-length": o.max_model_len, "host": "0.0.0.0", "port": 30000})
-    return _spec("sglang", o, "lmsysorg/sglang:latest", ["python3", "-m", "sglang.launch_server", *flags], 30000,
+    return _spec("sglang", o, SGLANG_IMAGE, ["python3", "-m", "sglang.launch_server", *flags], 30000,
                  version_path="/get_server_info", shm_size="32g")
 
 
@@ -106,26 +126,36 @@ def trtllm_spec(o: ContainerOptions) -> ContainerSpec:
         raise EngineStartError("trtllm with backend=pytorch: quantization comes with the checkpoint, not at serve "
                                "time; give --model a quantized checkpoint, or drop backend=pytorch so that the "
                                "TensorRT build quantizes it")
-    return _spec("trtllm", o, "nvcr.io/nvidia/tensorrt-llm/release:latest", ["trtllm-serve", o.model, *flags], 8000)
+    return _spec("trtllm", o, TRTLLM_IMAGE, ["trtllm-serve", o.model, *flags], 8000, shm_size=SHM_SIZE)
 
 
 def _flags(values: dict[str, object]) -> list[str]:
     return [part for key, value in values.items() if value is not None for part in (f"--{key}", str(value))]
 
 
-def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port: int, **extra: Any) -> ContainerSpec:
+def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port: int, shm_size: str,
+          **extra: Any) -> ContainerSpec:
+    engine_args = {k: v for k, v in o.extra_args.items() if k not in CONTAINER_ARGS}
+    ipc = o.extra_args.get("ipc")
+    if ipc not in (None, "host"):
+        raise EngineStartError(f"--engine-arg ipc={ipc}: the only choice is ipc=host (the host's IPC namespace); "
+                               "leave it out for a private /dev/shm of shm-size")
+    if ipc == "host" and "shm-size" in o.extra_args:
+        raise EngineStartError("--engine-arg shm-size sizes a private /dev/shm, and ipc=host uses the host's: "
+                               "give one of them")
+    try:
+        cache = cache_mount(o.model, o.extra_args.get("hf-cache"))
+    except ValueError as exc:
+        raise EngineStartError(str(exc)) from None
+    inside = HF_CACHE_IN_CONTAINER + (":ro" if cache.read_only else "")
     return ContainerSpec(
-        engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(o.extra_args), *o.extra_argv],
+        engine=engine, image=o.image or image, command=[*command, *engine_arg_flags(engine_args), *o.extra_argv],
         container_port=port, served_model=o.model, gpus=o.gpus, ready_timeout_s=o.ready_timeout_s,
-        env={**({"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {}), **o.env},
-        volumes={str(hf_cache_dir()): HF_CACHE_IN_CONTAINER, **o.volumes}, **extra,
+        env={**({"HF_TOKEN": os.environ["HF_TOKEN"]} if os.environ.get("HF_TOKEN") else {}),
+             **(OFFLINE_ENV if cache.offline else {}), **o.env},
+        volumes={cache.host_path: inside, **o.volumes}, ipc_host=ipc == "host",
+        shm_size=None if ipc == "host" else o.extra_args.get("shm-size", shm_size), cache=cache, **extra,
     )
-
-
-def hf_cache_dir() -> Path:
-    path = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def docker_client() -> DockerClient:
@@ -148,15 +178,17 @@ def container_name(spec: ContainerSpec) -> str:
     return f"bench-{spec.engine}-{uuid.uuid4().hex[:8]}"
 
 
-def run_kwargs(spec: ContainerSpec, host_port: int, name: str | None = None, run_id: str = "") -> dict[str, Any]:
-    """The arguments of `containers.run` for a spec: published on 127.0.0.1 only, GPUs as asked, labelled
-    with its engine, its owner and its run (`engines.lifeline`)."""
+def run_kwargs(spec: ContainerSpec, host_port: int | None, name: str | None = None, run_id: str = ""
+               ) -> dict[str, Any]:
+    """The arguments of `containers.run` for a spec: published on 127.0.0.1 only (on `host_port`, or one the
+    runtime picks), GPUs as asked, labelled with its engine, its owner, its host and its run
+    (`engines.lifeline`)."""
     import docker
 
     kwargs: dict[str, Any] = {
         "image": spec.image, "command": spec.command, "detach": True,
         "name": name or container_name(spec), "labels": lifeline.container_labels(spec.engine, run_id),
-        "ports": {f"{spec.container_port}/tcp": ("127.0.0.1", host_port)},
+        "ports": {f"{spec.container_port}/tcp": ("127.0.0.1", host_port) if host_port else ("127.0.0.1",)},
         "environment": dict(spec.env),
         "volumes": {host: _bind(inside) for host, inside in spec.volumes.items()},
     }
@@ -207,10 +239,12 @@ def launch_container(
     """Run the container, wait until it answers, yield its endpoint; stop and remove it on every path, and
     if this process dies, the lifeline's watcher removes it."""
     client = client or docker_client()
-    host_port, root = local_port(port)
+    if port is not None:
+        check_port_free(port)
     name = container_name(spec)
-    with _running(run_dir, spec, run_kwargs(spec, host_port, name, run_dir.name), client) as (container, image,
-                                                                                             started_at):
+    with _running(run_dir, spec, run_kwargs(spec, port, name, run_dir.name), client) as (container, image,
+                                                                                        started_at):
+        root = f"http://127.0.0.1:{published_port(spec, container)}"
         wait_until_ready(f"{spec.engine} container", [root + spec.health_path], spec.ready_timeout_s, started_at,
                          exit_code=lambda: _exit_code(container), log_tail=lambda: _logs_tail(container),
                          log_name="its log")
@@ -226,7 +260,7 @@ def run_to_completion(run_dir: Path, spec: ContainerSpec, timeout_s: float, clie
     """Run a one-shot container (an engine build) until it exits, its output in engine.log; returns its
     seconds. It is removed on every path (and by the lifeline's watcher if this process dies); a non-zero
     exit or running past `timeout_s` is an EngineStartError carrying the end of its log."""
-    kwargs = run_kwargs(spec, local_port(None)[0], container_name(spec), run_dir.name)
+    kwargs = run_kwargs(spec, None, container_name(spec), run_dir.name)
     kwargs.pop("ports")  # a build serves nothing
     with _running(run_dir, spec, kwargs, client or docker_client()) as (container, _, started_at):
         while (code := _exit_code(container)) is None:
@@ -253,9 +287,10 @@ def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
     watcher = lifeline.start_watcher(log_path, container=kwargs["name"])  # before the container exists: no gap
     try:
         container = client.containers.run(**kwargs)
-    except BaseException:
+    except BaseException as exc:
         lifeline.remove_containers(lifeline.owner_id(), kwargs["name"], client, settle_s=0)
         lifeline.stand_down(watcher)
+        _refuse_a_taken_port(exc, kwargs)
         raise
     follower = threading.Thread(target=_follow_logs, args=(container, log_path), daemon=True)
     follower.start()
@@ -267,13 +302,42 @@ def _running(run_dir: Path, spec: ContainerSpec, kwargs: dict[str, Any],
         follower.join(timeout=5)
 
 
+def published_port(spec: ContainerSpec, container: Container) -> int:
+    """The host port the runtime published the engine's port on (127.0.0.1's); a container that died
+    before it had one says why."""
+    container.reload()
+    bindings = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    found = [b for b in bindings.get(f"{spec.container_port}/tcp") or [] if b.get("HostIp") == "127.0.0.1"]
+    if found and str(found[0].get("HostPort") or "").isdigit():
+        return int(found[0]["HostPort"])
+    code = _exit_code(container)
+    if code is not None:
+        raise EngineStartError(f"{spec.engine} container exited with code {code} during start-up; last lines of "
+                               f"its log:\n{_logs_tail(container)}")
+    raise EngineStartError(f"{spec.engine} container: the runtime published no 127.0.0.1 port for "
+                           f"{spec.container_port}/tcp ({bindings or 'none'})")
+
+
+def _refuse_a_taken_port(exc: BaseException, kwargs: dict[str, Any]) -> None:
+    """The runtime could not bind the port asked for: someone took it after it was found free."""
+    binding = next(iter(kwargs.get("ports", {}).values()), ())
+    text = str(exc)
+    if len(binding) == 2 and ("address already in use" in text or "port is already allocated" in text):
+        port = int(binding[1])
+        who = "; ".join(holder.describe() for holder in ports.holders(port)) or "another process"
+        raise EngineStartError(f"port {port} is already in use on 127.0.0.1 ({who}); choose another with "
+                               "--port, or leave --port out and the container runtime picks a free one") from None
+
+
 def _details(spec: ContainerSpec, image: Image, container: Container, time_to_ready_s: float) -> dict[str, Any]:
-    """What run.json keeps of a container: its image (and digests), name, command and GPUs, and the names
-    of its environment variables only: their values (tokens) are never written."""
+    """What run.json keeps of a container: its image (and digests), name, command and GPUs, its shared
+    memory and Hugging Face cache as given, and the names of its environment variables only: their values
+    (tokens) are never written."""
     container.reload()  # its main process, once it runs: the run's own, not other work on the machine
     return {"image": spec.image, "image_id": image.id, "image_digests": image.attrs.get("RepoDigests", []),
             "container": container.name, "pid": container.attrs.get("State", {}).get("Pid") or None,
-            "command": spec.command, "gpus": spec.gpus,
+            "command": spec.command, "gpus": spec.gpus, "ipc": "host" if spec.ipc_host else "private",
+            "shm_size": spec.shm_size, **({"hf_cache": spec.cache.record()} if spec.cache else {}),
             "time_to_ready_s": round(time_to_ready_s, 3), "env_names": sorted(spec.env)}
 
 

@@ -10,7 +10,9 @@ Two ties, since neither alone covers every path:
 
 Every launched process gets the owner mark (`LLM_SELFHOST_BENCH_OWNER=<pid>:<start time>`) in its
 environment and every container the same as a label, so a later command can find what an earlier one
-left behind (`leftovers`, `bench clean`).
+left behind (`leftovers`, `bench clean`). An owner is judged alive by this host's /proc, so a container also
+names the host that started it (`host_id`): on a Docker daemon that several hosts share, another host's
+containers are never judged, nor removed, from here.
 
     python -m engines.lifeline --parent PID --owner OWNER [--group PGID] [--container NAME] [--log FILE]
 """
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +45,8 @@ RUN_ENV = "LLM_SELFHOST_BENCH_RUN"
 ENGINE_LABEL = "llm-selfhost-bench"  # value: the engine kind
 OWNER_LABEL = "llm-selfhost-bench.owner"
 RUN_LABEL = "llm-selfhost-bench.run"
+HOST_LABEL = "llm-selfhost-bench.host"
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 POLL_S = 0.1
 GRACE_S = 3.0
 CONTAINER_SETTLE_S = 5.0  # a container whose creation was under way when the command died may appear late
@@ -89,7 +95,22 @@ def process_marks(run_id: str) -> dict[str, str]:
 
 
 def container_labels(engine: str, run_id: str) -> dict[str, str]:
-    return {ENGINE_LABEL: engine, OWNER_LABEL: owner_id(), RUN_LABEL: run_id}
+    return {ENGINE_LABEL: engine, OWNER_LABEL: owner_id(), RUN_LABEL: run_id, HOST_LABEL: host_id()}
+
+
+@functools.cache
+def host_id() -> str:
+    """This host as its containers' labels name it: `<hostname>/<machine-id>`. Both, since either alone may be
+    shared (cloned machines keep one machine-id; containers on one host, each its own /proc, share it)."""
+    machine = next((text for path in MACHINE_ID_FILES if (text := _read(path))), "")
+    return f"{socket.gethostname()}/{machine}" if machine else socket.gethostname()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -227,8 +248,8 @@ def remove_containers(owner: str, name: str | None = None, client: DockerClient 
     removed: list[str] = []
     deadline = time.monotonic() + settle_s
     while True:
-        found = [c for c in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"})
-                 if c.name not in removed]
+        mine = {"label": [f"{OWNER_LABEL}={owner}", f"{HOST_LABEL}={host_id()}"]}
+        found = [c for c in client.containers.list(all=True, filters=mine) if c.name not in removed]
         for container in found:
             stop_and_remove_container(container)
             removed.append(str(container.name))
@@ -267,6 +288,7 @@ class Leftover:
     name: str  # pid or container name
     run_id: str | None
     owner: str | None
+    host: str | None = None  # a container's: the host that started it
 
     def describe(self) -> str:
         run = f" of run {self.run_id}" if self.run_id else ""
@@ -282,13 +304,23 @@ def leftover_processes() -> list[Leftover]:
 
 
 def leftover_containers(client: DockerClient) -> list[Leftover]:
-    """Containers with our label whose owner is gone (or that carry no owner: an older version left them)."""
+    """This host's containers with our label whose owner is gone (or that carry no owner)."""
+    return [item for item in _our_containers(client)
+            if item.host == host_id() and (item.owner is None or not is_alive(item.owner))]
+
+
+def containers_elsewhere(client: DockerClient) -> list[Leftover]:
+    """Containers with our label that another host started, or that name no host (an older version's): their
+    owners ran in another /proc, so nothing here can tell whether they are gone."""
+    return [item for item in _our_containers(client) if item.host != host_id()]
+
+
+def _our_containers(client: DockerClient) -> list[Leftover]:
     found = []
     for container in client.containers.list(all=True, filters={"label": ENGINE_LABEL}):
         labels = container.labels or {}
-        owner = labels.get(OWNER_LABEL)
-        if owner is None or not is_alive(owner):
-            found.append(Leftover("container", str(container.name), labels.get(RUN_LABEL), owner))
+        found.append(Leftover("container", str(container.name), labels.get(RUN_LABEL), labels.get(OWNER_LABEL),
+                              labels.get(HOST_LABEL)))
     return found
 
 

@@ -61,6 +61,11 @@ def strangers(port: int, leader: int) -> list[PortHolder]:
     return [_holder(inode, sockets[inode]) for inode in foreign]
 
 
+def holders(port: int) -> list[PortHolder]:
+    """Whoever listens on `port` (as far as /proc tells), to name in an error."""
+    return [_holder(inode, uid) for inode, uid in listeners(port).items()]
+
+
 def family(leader: int) -> set[int]:
     """`leader`, the processes of its session or group, and their descendants (a worker that made a session
     of its own included)."""

@@ -31,7 +31,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.docker import ContainerOptions, ContainerSpec, launch_container, run_to_completion, trtllm_spec
+from engines.docker import (
+    CONTAINER_ARGS,
+    TRTLLM_IMAGE,
+    ContainerOptions,
+    ContainerSpec,
+    launch_container,
+    run_to_completion,
+    trtllm_spec,
+)
 from engines.launch import EngineStartError
 from engines.types import Endpoint, EngineInfo
 
@@ -41,7 +49,7 @@ if TYPE_CHECKING:
 ENGINES_ENV = "BENCH_TRTLLM_ENGINES"
 ENGINES_IN_CONTAINER = "/engines"
 BUILD_RECORD = "build.json"
-IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
+IMAGE = TRTLLM_IMAGE  # a pinned release: a built engine is tied to the image that built it
 BUILD_ARGS = ("dtype", "max_num_tokens", "backend")  # engine args for the build (and the choice of it)
 
 # Runs inside the image: the LLM API's TensorRT backend builds the engine and saves it.
@@ -141,7 +149,8 @@ def build_spec(o: ContainerOptions, key: BuildKey, output_name: str) -> Containe
     args = {"model": key.model, "dtype": key.dtype, "quantization": key.quantization, "tp": key.tp,
             "max_batch_size": key.max_batch_size, "max_seq_len": key.max_seq_len,
             "max_num_tokens": key.max_num_tokens, "output_dir": f"{ENGINES_IN_CONTAINER}/{output_name}"}
-    base = trtllm_spec(replace(o, quantization=None, extra_args={}))
+    container = {k: v for k, v in o.extra_args.items() if k in CONTAINER_ARGS}  # shared memory, cache: as served
+    base = trtllm_spec(replace(o, quantization=None, extra_args=container))
     return replace(base, engine="trtllm-build", command=["python3", "-c", BUILD_SCRIPT, json.dumps(args)],
                    volumes={**base.volumes, str(engines_dir()): ENGINES_IN_CONTAINER})
 

@@ -457,6 +457,13 @@ def clean(dry_run: bool = typer.Option(False, help="Only list what would be remo
         client = None
         errors.print(f"containers not checked: {escape(str(exc))}", highlight=False)
     found = lifeline.leftover_processes() + (lifeline.leftover_containers(client) if client else [])
+    elsewhere = lifeline.containers_elsewhere(client) if client else []
+    if elsewhere:  # on a daemon other hosts share: whether their commands still run is for their hosts to tell
+        names = ", ".join(f"{item.name} (host {item.host or 'not named'})" for item in elsewhere)
+        console.print(f"left alone {len(elsewhere)} container(s) that another host started or that name no host "
+                      f"(an older bench's), since this host can't tell whether their commands still run: {names}; "
+                      "remove one that is yours with `docker rm -f NAME`", highlight=False, markup=False,
+                      soft_wrap=True)
     if not found:
         console.print("nothing left behind")
         return

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import docker
@@ -55,6 +58,9 @@ def test_container_is_published_on_localhost_only_measured_and_removed(podman_ap
         (container,) = our_containers(client)
         bindings = container.attrs["HostConfig"]["PortBindings"]["8000/tcp"]
         assert [b["HostIp"] for b in bindings] == ["127.0.0.1"]
+        # The runtime picked the port and holds it from creation: no window for another process to take it.
+        assert endpoint.base_url == f"http://127.0.0.1:{bindings[0]['HostPort']}/v1"
+        assert container.labels[lifeline.HOST_LABEL] == lifeline.host_id()
         assert f"HF_TOKEN={secret}" in container.attrs["Config"]["Env"]  # passed through to the engine
         assert info.details["time_to_ready_s"] > 0 and info.details["env_names"] == ["HF_TOKEN"]
         assert endpoint.base_url.startswith("http://127.0.0.1:") and endpoint.model == "scripted"
@@ -140,18 +146,28 @@ def test_a_sweep_killed_outright_still_has_its_container_removed(podman_api, tmp
     assert "lifeline: the command that launched this engine died" in (run_dir / "engine.log").read_text()
 
 
-def test_bench_clean_removes_a_container_whose_command_died(podman_api, tmp_path) -> None:
+def test_bench_clean_removes_only_this_hosts_containers_whose_command_died(podman_api, tmp_path) -> None:
+    """On a daemon other hosts share, an owner pid means nothing in this host's /proc: a container another host
+    started (or one that names no host) is left alone, and `bench clean` says so."""
     client = docker.from_env()
     labels = {"llm-selfhost-bench": "scripted-container", "llm-selfhost-bench.owner": "999999999:1",
-              "llm-selfhost-bench.run": "20260101T000000Z-container-chat"}
+              "llm-selfhost-bench.run": "20260101T000000Z-container-chat", lifeline.HOST_LABEL: lifeline.host_id()}
     alive = {**labels, "llm-selfhost-bench.owner": lifeline.owner_id()}
-    for name, marks in (("bench-left-behind", labels), ("bench-still-owned", alive)):
-        client.containers.create(IMAGE, ["/bin/true"], name=name, labels=marks)
+    other_host = {**labels, lifeline.HOST_LABEL: "gpu-07/0123456789abcdef"}  # its owner pid is not ours to judge
+    no_host = {k: v for k, v in labels.items() if k != lifeline.HOST_LABEL}
+    marks = {"bench-left-behind": labels, "bench-still-owned": alive, "bench-of-gpu-07": other_host,
+             "bench-of-no-host": no_host}
+    for name, labelled in marks.items():
+        client.containers.create(IMAGE, ["/bin/true"], name=name, labels=labelled)
     try:
         result = subprocess.run([sys.executable, "-m", "bench", "clean"], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         assert "removing container bench-left-behind of run 20260101T000000Z-container-chat" in result.stdout
-        assert [c.name for c in our_containers(client)] == ["bench-still-owned"]
+        assert sorted(c.name for c in our_containers(client)) == ["bench-of-gpu-07", "bench-of-no-host",
+                                                                  "bench-still-owned"]
+        out = " ".join(result.stdout.split())
+        assert "left alone 2 container(s) that another host started or that name no host" in out
+        assert "bench-of-gpu-07 (host gpu-07/0123456789abcdef)" in out and "bench-of-no-host (host not named)" in out
     finally:
         for container in our_containers(client):
             container.remove(force=True)
@@ -176,8 +192,9 @@ def test_gpu_device_requests_are_in_the_create_request(gpus) -> None:
     assert host_config["Init"] is True  # PID 1 passes SIGTERM on, so a container stopped while loading stops
 
 
-def test_engine_options_map_to_each_engines_own_flags(monkeypatch) -> None:
+def test_engine_options_map_to_each_engines_own_flags(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     options = ContainerOptions(model="meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, max_num_seqs=256,
                                gpu_memory_fraction=0.9, max_model_len=8192,
                                extra_args={"enable-prefix-caching": "true"})
@@ -264,3 +281,117 @@ def test_trtllm_backend_choice_is_checked_before_anything_starts() -> None:
         make_launcher(EngineFile(engine="trtllm-docker", model="m", args={"backend": "onnx"}))
     with pytest.raises(EngineError, match="with backend=pytorch: quantization comes with the checkpoint"):
         make_launcher(EngineFile(engine="trtllm-docker", model="m", quantization="fp8", args={"backend": "pytorch"}))
+
+
+def _cached_model(hf_home: Path, model: str) -> None:
+    """A model as the Hugging Face cache holds it once downloaded: refs/main naming a snapshot with its config
+    and weights."""
+    repo = hf_home / "hub" / f"models--{model.replace('/', '--')}"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"\0" * 16)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+
+
+def _created(spec: ContainerSpec) -> dict:
+    """The container the daemon makes of `spec` (on the local test image: the engines' own are not here), as it
+    inspects it."""
+    kwargs = run_kwargs(replace(spec, image=IMAGE), None, run_id="spec-check")
+    kwargs.pop("detach")
+    container = docker.from_env().containers.create(**kwargs)
+    try:
+        return container.attrs
+    finally:
+        container.remove(force=True)
+
+
+def _ipc_namespace(spec: ContainerSpec) -> str:
+    """The IPC namespace a process of `spec`'s container runs in (podman 4.3 inspects every container's IpcMode
+    as `shareable`, so the namespace itself is asked)."""
+    probe = replace(spec, image=IMAGE, command=["/usr/bin/readlink", "/proc/self/ns/ipc"],
+                    volumes={**spec.volumes, **host_mounts()})
+    kwargs = {**run_kwargs(probe, None, run_id="ipc-check"), "detach": False, "remove": True}
+    kwargs.pop("ports")
+    return docker.from_env().containers.run(**kwargs).decode().strip()
+
+
+HOST_IPC = os.readlink("/proc/self/ns/ipc")
+GIB = 1 << 30
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.mark.parametrize("make", [vllm_spec, sglang_spec, trtllm_spec])
+def test_engine_containers_get_their_own_shm_a_pinned_image_and_a_read_only_cache(make, podman_api, tmp_path,
+                                                                                  monkeypatch) -> None:
+    """No host IPC namespace (a private /dev/shm of the engine's size), a release tag instead of `:latest`, and
+    a cache that already holds the model mounted read-only, the engine told to stay offline."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    _cached_model(tmp_path / "hf", MODEL)
+    spec = make(ContainerOptions(model=MODEL, gpus=None))
+    assert re.search(r":v?\d+\.\d+\.\d+$", spec.image), spec.image
+    host = _created(spec)["HostConfig"]
+    assert host["IpcMode"] != "host" and _ipc_namespace(spec) != HOST_IPC
+    assert host["ShmSize"] == (32 if spec.engine == "sglang" else 16) * GIB
+    (cache,) = [m for m in _created(spec)["Mounts"] if m["Destination"] == "/root/.cache/huggingface"]
+    assert cache["RW"] is False and cache["Source"] == str(tmp_path / "hf")
+    assert spec.env["HF_HUB_OFFLINE"] == "1"
+    assert spec.cache is not None
+    assert spec.cache.record()["why"] == f"{MODEL} is in the cache: nothing to download (HF_HUB_OFFLINE=1)"
+
+
+def test_host_ipc_is_a_switch_and_a_model_to_download_gets_a_writable_cache(podman_api, tmp_path,
+                                                                            monkeypatch) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    args = {"ipc": "host", "enable-prefix-caching": "true"}
+    spec = vllm_spec(ContainerOptions(model=MODEL, gpus=None, extra_args=args))
+    assert "--enable-prefix-caching" in spec.command  # the engine's flag passes; the container's do not
+    assert "--ipc" not in spec.command and spec.shm_size is None
+    assert _ipc_namespace(spec) == HOST_IPC  # (podman 4.3 inspects its IpcMode as `shareable` all the same)
+    attrs = _created(spec)
+    sized = _created(vllm_spec(ContainerOptions(model=MODEL, gpus=None, extra_args={"shm-size": "8g"})))
+    assert sized["HostConfig"]["ShmSize"] == 8 * GIB and sized["HostConfig"]["IpcMode"] != "host"
+    (cache,) = [m for m in attrs["Mounts"] if m["Destination"] == "/root/.cache/huggingface"]
+    assert cache["RW"] is True and "HF_HUB_OFFLINE" not in spec.env
+    assert spec.cache is not None and spec.cache.record() == {
+        "path": str(tmp_path / "hf"), "mode": "rw",
+        "why": f"{MODEL} is not in the cache: the engine downloads it there"}
+    asked = vllm_spec(ContainerOptions(model=MODEL, gpus=None, extra_args={"hf-cache": "ro"}))
+    assert asked.volumes[str(tmp_path / "hf")] == "/root/.cache/huggingface:ro"
+    with pytest.raises(EngineStartError, match="ipc=shareable: the only choice is ipc=host"):
+        vllm_spec(ContainerOptions(model=MODEL, extra_args={"ipc": "shareable"}))
+    with pytest.raises(EngineStartError, match="shm-size sizes a private /dev/shm, and ipc=host uses the host's"):
+        trtllm_spec(ContainerOptions(model=MODEL, extra_args={"ipc": "host", "shm-size": "8g"}))
+    with pytest.raises(EngineStartError, match="hf-cache=maybe: expected ro"):
+        sglang_spec(ContainerOptions(model=MODEL, extra_args={"hf-cache": "maybe"}))
+
+
+def test_run_json_says_how_the_container_shares_memory_and_the_cache(podman_api, tmp_path) -> None:
+    from engines.hf_cache import cache_mount
+
+    spec = scripted_spec(shm_size="1g", cache=cache_mount("/models/served"))
+    with launch_container(tmp_path, spec) as (_, info):
+        (container,) = our_containers(docker.from_env())
+        assert container.attrs["HostConfig"]["ShmSize"] == GIB
+    assert info.details["ipc"] == "private" and info.details["shm_size"] == "1g"
+    assert info.details["hf_cache"]["mode"] == "ro"
+    assert info.details["hf_cache"]["why"] == "/models/served is a path inside the container: nothing to download"
+
+
+def test_a_port_asked_for_and_taken_meanwhile_is_refused_naming_who_holds_it(podman_api, tmp_path,
+                                                                            monkeypatch) -> None:
+    """--port was free when checked, then another process bound it before the runtime could: the runtime
+    refuses, and so does the launch, naming the holder; no container is left."""
+    import engines.docker as docker_engines
+
+    monkeypatch.setattr(docker_engines, "check_port_free", lambda port: None)  # the race, made certain
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(EngineStartError, match=f"port {port} is already in use on 127.0.0.1 \\(pid "
+                                                   f"{os.getpid()}, user "):
+            with launch_container(tmp_path, scripted_spec(), port=port):
+                pytest.fail("the container started on a port another process holds")
+    assert our_containers(docker.from_env()) == []
