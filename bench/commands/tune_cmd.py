@@ -51,6 +51,7 @@ def tune(
     stopping.install()
     from bench.flows.tune import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
     from bench.inputs.options import LoadOverrides
+    from bench.run.resume import check_owner
 
     try:
         if flags.resume:
@@ -60,6 +61,7 @@ def tune(
             if len(flags.resume) != 1 or given:
                 raise TuneError(f"--resume takes one tune folder and keeps the settings it began with; drop "
                                 f"{', '.join(given) or 'the other folders'}")
+            check_owner(flags.resume[0], "tune.json")  # its configurations are run as they are written
             plan = Tune.load(flags.resume[0])
             if objective not in ("capacity", plan.objective):
                 raise TuneError(f"--resume keeps the objective the tune began with ({plan.objective}); drop "

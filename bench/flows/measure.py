@@ -23,7 +23,7 @@ from bench.flows.sweep import SweepPlan, SweepResult, run_sweep
 from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
-from bench.run.resume import Resume, ResumeError, open_run, prepare
+from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
@@ -141,7 +141,10 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
                          engine_spec=spec.model_dump(mode="json"), replay=replay, sessions=sessions,
                          clients=client_pool(run.client.workers, run.client.ray),
                          adapters=plan_adapters(scenario.workload.adapters, scenario.workload.seed))
-        jobs.append(Job(plan, make_launcher(spec), prepare(run_dir, run)))
+        launcher = make_launcher(spec)
+        shown = [f"resuming {run_dir}, which launches what its run.json says:", *launch_preview(spec)]
+        console.print("\n  ".join(shown), highlight=False, markup=False, soft_wrap=True)  # before anything runs
+        jobs.append(Job(plan, launcher, prepare(run_dir, run)))
     return jobs, complete
 
 
@@ -176,13 +179,13 @@ def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambd
     for job in jobs:
         if job.resume is not None and job.resume.discarded:
             console.print(f"resuming {job.resume.run_dir.name}: {len(job.resume.finished)} level(s) kept; "
-                          f"{', '.join(job.resume.discarded)} cut short, run again")
+                          f"{', '.join(job.resume.discarded)} cut short, run again", markup=False)
         try:
             with RichSweepProgress(console, describe(job)) as progress:
                 outcome.results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
         except (EndpointError, EngineError, EngineStartError, EngineGone, DatasetError, WorkerFailed) as exc:
             if job is not jobs[-1]:  # said at once when other engines still run; at the end in any case
-                errors.print(f"[bold red]{job.plan.engine_kind} failed:[/] {escape(str(exc))}", highlight=False,
+                errors.print(f"[bold red]{escape(job.plan.engine_kind)} failed:[/] {escape(str(exc))}", highlight=False,
                              markup=True)
             outcome.failures.append((job.plan.engine_kind, str(exc)))
     return outcome
@@ -203,7 +206,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
     )
 
     for run_dir in outcome.already_complete:
-        console.print(f"{run_dir}: complete, nothing to resume")
+        console.print(f"{run_dir}: complete, nothing to resume", markup=False)
     summaries = [s for result in outcome.results for s in result.summaries]
     if summaries:
         console.print(summary_table(summaries, title=title))
@@ -246,7 +249,7 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
             errors.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, markup=True)
         return 2
     for engine, reason in outcome.failures:
-        errors.print(f"[bold red]not measured:[/] {engine}: {escape(reason)}", highlight=False, markup=True)
+        errors.print(f"[bold red]not measured:[/] {escape(engine)}: {escape(reason)}", highlight=False, markup=True)
     unfinished = " ".join(f"--resume {r.run_dir}" for r in outcome.results if r.status != "complete")
     errors.print("fix what failed and run it again" + (f" (unfinished: {unfinished})" if unfinished else ""),
                  highlight=False)

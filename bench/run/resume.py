@@ -6,21 +6,32 @@ records of a level that was cut short are dropped, and that level runs again. Th
 engine, seeds and plan come from its run.json, and each request stream (the measured one and the warm-ups')
 is advanced past every request any attempt sent, the cut level's included, finished or still in flight
 when it stopped (whole conversations, for multi-turn workloads), so no prompt reaches the server twice.
+
+Going on runs what run.json says: its engine's image, command, volumes, environment and Python. So a run
+directory (or run.json) that another user owns is refused, and what will be launched is shown before it is
+(`launch_preview`).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.inputs.scenario import LoadSettings
 from bench.run import rundir
 from bench.run.runinfo import RunInfo
+from engines.engine_file import EngineFile
 from loadgen.arrivals import parse_label
 from loadgen.recorder import read_records
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec
+
+if TYPE_CHECKING:
+    from engines.process import LocalKind
 
 
 class ResumeError(ValueError):
@@ -46,6 +57,7 @@ def open_run(run_dir: Path, command: str) -> RunInfo:
     """The run.json of a run `command` ("sweep" or "capacity") can go on with."""
     if not run_dir.is_dir():
         raise ResumeError(f"--resume {run_dir}: no such directory")
+    check_owner(run_dir)
     try:
         run = rundir.read_run_info(run_dir)
     except rundir.RunDirError:
@@ -59,6 +71,76 @@ def open_run(run_dir: Path, command: str) -> RunInfo:
                           f"it measured in a form this version reads ({', '.join(run.unread) or 'engine_spec'}); "
                           "start a new run")
     return run
+
+
+def check_owner(folder: Path, record: str = rundir.RUN_FILE) -> None:
+    """Refuse a folder to go on with (a run directory; a tune's), or its record (run.json; tune.json), that another
+    user owns: going on would run their engine, image, command and Python as you. Taking it over is copying it
+    (the copy is yours, and yours to read first)."""
+    if not hasattr(os, "getuid"):  # no owners to compare (Windows)
+        return
+    me = os.getuid()
+    for path in (folder, folder / record):
+        if not path.exists():
+            continue
+        owner = path.stat().st_uid
+        if owner != me:
+            raise ResumeError(
+                f"--resume {folder}: {path} belongs to {_user(owner)}, not to you ({_user(me)}); resuming runs the "
+                f"engine, image, command and Python its {record} names. To take it over, copy it "
+                f"(cp -r {shlex.quote(str(folder))} {shlex.quote(str(folder.parent / 'mine'))}), read its {record}, "
+                "and --resume the copy")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def launch_preview(spec: EngineFile) -> list[str]:
+    """What going on with a run launches, as its run.json says, in lines to show before anything starts: a local
+    engine's command line (port 0 stands for the one chosen at launch), a container's image and command, the
+    mounts, the environment's names (never their values, which may be secrets), the adapters' folders, Open
+    WebUI's Python."""
+    from engines.process import engine_arg_flags, parse_engine_args
+    from engines.registry import ENGINES, LocalProcess, is_container_kind
+
+    args = parse_engine_args(spec.engine_args())
+    entry = ENGINES.get(spec.engine)
+    lines = [f"engine {spec.engine}" + (f" ({spec.name})" if spec.name else "") + f", model {spec.model or 'default'}"
+             + (f", {spec.replicas} replicas behind vllm-router" if spec.replicas > 1 else "")]
+    if spec.engine == "endpoint":
+        lines.append(f"nothing launched: the endpoint {spec.base_url} is measured")
+    elif isinstance(entry, LocalProcess):
+        lines.append("command: " + _local_command(entry.kind, spec, args))
+    elif is_container_kind(spec.engine):
+        lines.append(f"image: {spec.image or f'the default image of {spec.engine}'}")
+        command = spec.command if spec.engine == "container" else [f"<{spec.engine}'s server>", *engine_arg_flags(args)]
+        lines.append("command: " + shlex.join(command or []))
+        lines += [f"mount: {host} -> {target}" for host, target in spec.volumes.items()]
+    else:
+        lines.append(f"command: {spec.engine} " + shlex.join(engine_arg_flags(args)))
+    if spec.env:
+        lines.append(f"environment: {', '.join(sorted(spec.env))}")
+    lines += [f"LoRA adapter {name}: {path}" for name, path in spec.lora.items()]
+    if spec.ui:
+        lines.append(f"Open WebUI in front: {spec.ui_python or '$BENCH_OPENWEBUI'}")
+    return lines
+
+
+def _local_command(kind: LocalKind, spec: EngineFile, args: dict[str, str]) -> str:
+    """A local engine's command line as its kind builds it (the kind chooses the interpreter or binary)."""
+    from engines.launch import EngineStartError
+
+    try:
+        engine = kind(spec.model or "default", dict(args), 0)
+    except EngineStartError as exc:
+        return f"can't be built here ({exc})"
+    return shlex.join(engine.command)
 
 
 def prepare(run_dir: Path, run: RunInfo) -> Resume:
