@@ -4,8 +4,11 @@ Contract: only the step thread touches the `LLMEngine`. The event loop hands it 
 a thread-safe queue (applied between steps) and receives each step's outputs in one
 `loop.call_soon_threadsafe` call, so a model forward never blocks HTTP handling. A stream whose
 consumer stops early (the client disconnected, the handler was cancelled) aborts its request, which
-frees its KV blocks before the next step. If a step raises, every open stream gets an `EngineDeadError`
-and the loop stops (the server's /health then answers 503). This module knows nothing of HTTP.
+frees its KV blocks before the next step. A consumer that falls `max_pending_outputs` outputs behind (its
+client stopped reading) is cut: its request aborted, its stream ended with `SlowConsumerError`, and its
+`on_cut` called (the server closes the connection there), so a client that does not read holds neither
+memory nor blocks. If a step raises, every open stream gets an `EngineDeadError` and the loop stops (the
+server's /health then answers 503). This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
@@ -28,6 +32,10 @@ IDLE_WAIT_S = 0.5  # an idle step thread re-checks its stop flag this often
 
 class EngineDeadError(RuntimeError):
     """The step loop stopped (an error in a step, or shutdown) while the request was in flight."""
+
+
+class SlowConsumerError(RuntimeError):
+    """The stream's consumer fell too far behind; its request was aborted."""
 
 
 @dataclass(frozen=True)
@@ -50,13 +58,17 @@ class RequestStream:
     def __init__(self, owner: AsyncEngine, request_id: str) -> None:
         self.request_id = request_id
         self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.on_cut: Callable[[], None] | None = None  # called once if the stream is cut for falling behind
         self._owner = owner
         self._is_closed = False
+        self._cut: SlowConsumerError | None = None
 
     def __aiter__(self) -> RequestStream:
         return self
 
     async def __anext__(self) -> RequestOutput:
+        if self._cut is not None:  # before the backlog: nothing more is sent to a consumer that was cut
+            raise self._cut
         if self._is_closed:
             raise StopAsyncIteration
         item = await self.queue.get()
@@ -75,20 +87,30 @@ class RequestStream:
             self._is_closed = True
             self._owner._close_stream(self.request_id, is_finished)
 
+    def _cut_off(self, error: SlowConsumerError) -> None:
+        """Abort the request now (not when the consumer next reads) and tell whoever serves the consumer."""
+        self._cut = error
+        self._close(is_finished=False)
+        if self.on_cut is not None:
+            self.on_cut()
+
 
 class AsyncEngine:
     """Runs `engine.step()` in a background thread and streams each request's outputs to a coroutine."""
 
-    def __init__(self, engine: LLMEngine, metrics: EngineMetrics | None = None) -> None:
+    def __init__(
+        self, engine: LLMEngine, metrics: EngineMetrics | None = None, max_pending_outputs: int | None = None
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.max_pending_outputs = max_pending_outputs  # None: a stream's queue is unbounded
         self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._is_stopped = threading.Event()  # set when the step loop has returned
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}  # event loop only
+        self._streams: dict[str, RequestStream] = {}  # event loop only
         self._pending_lock = threading.Lock()
         self._num_pending_adds = 0
         self.error: BaseException | None = None
@@ -153,7 +175,7 @@ class AsyncEngine:
         if self.is_queue_full():
             raise QueueFullError(f"{self.engine.config.max_num_waiting} requests are already waiting")
         stream = RequestStream(self, request_id)
-        self._streams[request_id] = stream.queue
+        self._streams[request_id] = stream
         with self._pending_lock:
             self._num_pending_adds += 1
         self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic(), adapter))
@@ -169,19 +191,26 @@ class AsyncEngine:
         self._wakeup.set()
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
+        bound = self.max_pending_outputs
         for output in outputs:
             stream = self._streams.get(output.request_id)
-            if stream is not None:
-                stream.put_nowait(output)
+            if stream is None:
+                continue
+            if bound is not None and stream.queue.qsize() >= bound:
+                logger.warning("request %s cut: its client left %d outputs unread (--max-pending-outputs)",
+                               output.request_id, bound)  # fmt: skip
+                stream._cut_off(SlowConsumerError(f"the client left {bound} outputs unread"))
+                continue
+            stream.queue.put_nowait(output)
 
     def _fail(self, request_id: str, error: BaseException) -> None:
         stream = self._streams.get(request_id)
         if stream is not None:
-            stream.put_nowait(error)
+            stream.queue.put_nowait(error)
 
     def _fail_all(self, error: BaseException) -> None:
         for stream in self._streams.values():
-            stream.put_nowait(error)
+            stream.queue.put_nowait(error)
 
     # ---- the step thread ---------------------------------------------------------------------------
 
@@ -207,7 +236,8 @@ class AsyncEngine:
         except Exception as exc:  # a bug in a step: fail every request loudly, never hang them
             logger.exception("the engine step loop failed")
             self.error = exc
-            self._call_in_loop(self._fail_all, EngineDeadError(f"the engine failed: {exc!r}"))
+            # what failed goes to the log only; clients learn that the engine is gone
+            self._call_in_loop(self._fail_all, EngineDeadError("the engine failed (the server's log says why)"))
             return
         self._call_in_loop(self._fail_all, EngineDeadError("the server is shutting down"))
 

@@ -64,6 +64,10 @@ class Limits:
     vocab_size: int
     tokenizer: Tokenizer | None
     adapters: frozenset[str] = frozenset()  # LoRA adapters a request may name as its model
+    # each stop string is matched against every generated token's text, on the one step thread
+    max_stop_strings: int = 16
+    max_stop_chars: int = 1024
+    max_stop_token_ids: int = 256
 
     @property
     def max_body_bytes(self) -> int:
@@ -74,7 +78,8 @@ class Limits:
         told = f"{size:,} bytes, over" if size else "over"
         return ApiError(f"the request body is {told} the {self.max_body_bytes:,} bytes this server takes "
                         f"({BODY_BYTES_PER_TOKEN} for each of the model's {self.max_model_len:,} tokens of context, "
-                        f"{MIN_BODY_BYTES // 1024**2} MiB at least)", status=413, code="request_too_large")
+                        f"--max-model-len; {MIN_BODY_BYTES // 1024**2} MiB at least)", status=413,
+                        code="request_too_large")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-MAX_STOP_STRINGS = 16  # each one is checked against every generated token's text
+MAX_TEMPERATURE = 100.0  # a bound, so a huge integer can't overflow float()
+
+
+def _shown(value: Any, limit: int = 100) -> str:
+    """A value as an error quotes it: its repr, cut (a hostile body is not echoed back whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _read(body: dict, name: str, ok: Callable[[Any], bool], accepted: str, default: Any = None) -> Any:
@@ -107,28 +118,32 @@ def _read(body: dict, name: str, ok: Callable[[Any], bool], accepted: str, defau
     if value is _MISSING or value is None:
         return default
     if not ok(value):
-        raise ApiError(f"{name} must be {accepted}, got {value!r}", param=name)
+        raise ApiError(f"{name} must be {accepted}, got {_shown(value)}", param=name)
     return value
 
 
-def _read_stop(body: dict) -> tuple[str, ...]:
+def _read_stop(body: dict, limits: Limits) -> tuple[str, ...]:
     stop = body.get("stop")
     if stop is None:
         return ()
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise ApiError(f"stop must be a string or a list of strings, got {str(stop)[:200]}", param="stop")
-    if len(stop) > MAX_STOP_STRINGS:
-        raise ApiError(f"stop takes at most {MAX_STOP_STRINGS} strings (OpenAI's API takes 4), got {len(stop)}",
-                       param="stop")
+        raise ApiError(f"stop must be a string or a list of strings, got {_shown(stop)}", param="stop")
+    if len(stop) > limits.max_stop_strings:
+        raise ApiError(f"stop takes at most {limits.max_stop_strings} strings (this server's --max-stop-strings; "
+                       f"OpenAI's API takes 4), got {len(stop)}", param="stop")
+    longest = max(map(len, stop), default=0)
+    if longest > limits.max_stop_chars:
+        raise ApiError(f"each stop string may be at most {limits.max_stop_chars} characters long (this server's "
+                       f"--max-stop-chars), got one of {longest:,}", param="stop")
     return tuple(s for s in stop if s)
 
 
 def _read_sampling(body: dict, kind: Kind, limits: Limits) -> SamplingParams:
     for name, off_values in _UNSUPPORTED.items():
         if body.get(name) not in off_values:
-            raise ApiError(f"{name}={body[name]!r} is not supported by the reference engine", param=name)
+            raise ApiError(f"{name}={_shown(body[name])} is not supported by the reference engine", param=name)
     is_positive_int = lambda v: _is_int(v) and v >= 1  # noqa: E731
     # OpenAI's defaults: 16 for completions, up to the context length for chat
     max_tokens = _read(body, "max_tokens", is_positive_int, "an integer >= 1", 16 if kind == "completion" else None)
@@ -142,18 +157,22 @@ def _read_sampling(body: dict, kind: Kind, limits: Limits) -> SamplingParams:
         f"a list of token ids in [0, {limits.vocab_size})",
         [],
     )
+    if len(stop_ids) > limits.max_stop_token_ids:
+        raise ApiError(f"stop_token_ids takes at most {limits.max_stop_token_ids} ids (this server's "
+                       f"--max-stop-token-ids), got {len(stop_ids)}", param="stop_token_ids")
     min_tokens = _read(body, "min_tokens", lambda v: _is_int(v) and v >= 0, "an integer >= 0", 0)
     if max_tokens is not None and min_tokens > max_tokens:
         raise ApiError(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})", param="min_tokens")
     return SamplingParams(
-        temperature=float(_read(body, "temperature", lambda v: _is_number(v) and v >= 0, "a number >= 0", 1.0)),
+        temperature=float(_read(body, "temperature", lambda v: _is_number(v) and 0 <= v <= MAX_TEMPERATURE,
+                                f"a number in [0, {MAX_TEMPERATURE:g}]", 1.0)),
         top_p=float(_read(body, "top_p", lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]", 1.0)),
         top_k=top_k if top_k and top_k > 0 else None,
         seed=_read(body, "seed", lambda v: _is_int(v) and 0 <= v < 2**63, "an integer in [0, 2**63)"),
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_read(body, "ignore_eos", lambda v: isinstance(v, bool), "true or false", False),
-        stop=_read_stop(body),
+        stop=_read_stop(body, limits),
         stop_token_ids=tuple(stop_ids),
     )
 
@@ -166,7 +185,7 @@ def _read_stream_options(body: dict) -> tuple[bool, bool, bool]:
         value = options.get(name)
         if value is not None and not isinstance(value, bool):
             raise ApiError(
-                f"stream_options.{name} must be true or false, got {value!r}", param=f"stream_options.{name}"
+                f"stream_options.{name} must be true or false, got {_shown(value)}", param=f"stream_options.{name}"
             )
         flags.append(bool(value))
     return is_stream, flags[0], flags[1]
@@ -202,8 +221,8 @@ def _message_text(message: Any, index: int) -> dict[str, Any]:
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise ApiError(f"{field} must be an object with a string 'role'", param=field)
     if message["role"] not in ROLES:
-        raise ApiError(f"{field}.role '{message['role']}' is not a role of the chat API; use one of {', '.join(ROLES)}",
-                       param=f"{field}.role")
+        raise ApiError(f"{field}.role {_shown(message['role'])} is not a role of the chat API; use one of "
+                       f"{', '.join(ROLES)}", param=f"{field}.role")
     content = message.get("content")
     if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
@@ -236,8 +255,10 @@ def parse_generation_request(body: Any, kind: Kind, limits: Limits) -> Generatio
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
     model = body.get("model")
+    if model is not None and not isinstance(model, str):  # an object is unhashable: it must not reach `in`
+        raise ApiError(f"model must be a string (a served model's name), got {_shown(model)}", param="model")
     if model is not None and model != limits.model_name and model not in limits.adapters:
-        raise ApiError(f"The model `{model}` does not exist.", param="model", status=404, code="model_not_found")
+        raise ApiError(f"The model `{model[:200]}` does not exist.", param="model", status=404, code="model_not_found")
     adapter = model if model is not None and model in limits.adapters else None
     params = _read_sampling(body, kind, limits)
     is_stream, include_usage, continuous = _read_stream_options(body)

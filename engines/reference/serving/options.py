@@ -7,12 +7,14 @@ flags without loading the engine, and `bench serve` takes exactly these flags, s
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
 from engines.reference.core.config import BATCHING_MODES, WEIGHT_FORMATS, EngineConfig
 
 DESCRIPTION = "The reference engine: an OpenAI-compatible server (Llama-family models, paged KV cache)."
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+API_KEY_ENV = "REFERENCE_API_KEY"  # read when set and no key flag is given, as vLLM reads VLLM_API_KEY
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,55 @@ class ServerOptions:
     weights_dtype: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8000
-    api_key: str | None = None
+    api_key: str | None = None  # on a command line it shows in `ps`: prefer api_key_env
+    api_key_env: str | None = None  # the NAME of the environment variable holding the key
     lora_modules: tuple[str, ...] = ()  # NAME=PATH of each LoRA adapter served (PEFT layout)
     max_loras: int = EngineConfig.max_loras
     max_lora_rank: int = 16
+    # what one client may ask or hold (each refusal names its flag)
+    max_stop_strings: int = 16
+    max_stop_chars: int = 1024
+    max_stop_token_ids: int = 256
+    max_connections: int = 2048  # above max_num_seqs + max_num_waiting, so the queue's own 503 comes first
+    max_pending_outputs: int = 256
+    idle_timeout_s: float = 5.0  # uvicorn's keep-alive timeout, which vLLM serves with
+    body_timeout_s: float = 60.0
+    send_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_stop_strings", "max_stop_chars", "max_stop_token_ids", "max_connections",
+                     "max_pending_outputs", "idle_timeout_s", "body_timeout_s", "send_timeout_s"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a number > 0, got {value!r}")
+
+
+def api_key_of(options: ServerOptions) -> str | None:
+    """The key the server asks for: --api-key, else the variable --api-key-env names (which must be set)."""
+    if options.api_key:
+        return options.api_key
+    if options.api_key_env is None:
+        return None
+    key = os.environ.get(options.api_key_env)
+    if not key:
+        raise ValueError(f"--api-key-env names {options.api_key_env}, but that environment variable is not set")
+    return key
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "python -m engines.reference") -> ServerOptions:
     """The server's flags, one per option; `--help` prints them and exits, a bad flag exits with code 2."""
-    values = vars(build_parser(prog).parse_args(argv))
-    return ServerOptions(**{**values, "lora_modules": tuple(values["lora_modules"])})
+    parser = build_parser(prog)
+    values = vars(parser.parse_args(argv))
+    if values["api_key"] and values["api_key_env"]:
+        parser.error("give --api-key or --api-key-env, not both")
+    if not values["api_key"] and not values["api_key_env"] and os.environ.get(API_KEY_ENV):
+        values["api_key_env"] = API_KEY_ENV
+    try:
+        options = ServerOptions(**{**values, "lora_modules": tuple(values["lora_modules"])})
+        api_key_of(options)  # a variable named but not set is a bad flag, said now
+    except ValueError as exc:
+        parser.error(str(exc))
+    return options
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -73,7 +114,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         "a weight-only kernel; floats dense), bf16 (dense, in --dtype), int8 or int4 (CPU only)")
     parser.add_argument("--host", default=defaults.host, help="address to bind (127.0.0.1 keeps it on this machine)")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 = any free port")
-    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' on /v1 routes (a "
+                        "key on the command line shows in the process list: prefer --api-key-env)")
+    parser.add_argument("--api-key-env", default=None, metavar="NAME",
+                        help=f"the environment variable holding the API key (default: {API_KEY_ENV} when it is set)")
     parser.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH",
                         help="LoRA adapters to serve (PEFT directories: adapter_config.json and "
                         "adapter_model.safetensors); a request names one as its model")
@@ -81,4 +125,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help=f"distinct adapters in one batch; others wait (default {defaults.max_loras})")
     parser.add_argument("--max-lora-rank", type=int, default=defaults.max_lora_rank,
                         help=f"the highest adapter rank taken (default {defaults.max_lora_rank})")
+    _add_client_limits(parser.add_argument_group("limits on one client"), defaults)
     return parser
+
+
+def _add_client_limits(group: argparse._ArgumentGroup, defaults: ServerOptions) -> None:
+    for flag, kind, text in (
+        ("max_stop_strings", int, "most strings in a request's stop"),
+        ("max_stop_chars", int, "longest stop string, in characters"),
+        ("max_stop_token_ids", int, "most ids in a request's stop_token_ids"),
+        ("max_connections", int, "open connections; more are answered 503 and closed"),
+        ("max_pending_outputs", int, "outputs of one stream its client has not read yet; past it the request is "
+                                     "aborted and its connection closed"),
+        ("idle_timeout_s", float, "seconds a connection may take to send a request's headers, from its opening or "
+                                  "its last response (idle keep-alive connections close then)"),
+        ("body_timeout_s", float, "seconds to receive a request's body (else 408)"),
+        ("send_timeout_s", float, "seconds one write of a response may wait for the client to read (else the "
+                                  "connection is closed and the request aborted)"),
+    ):
+        default = getattr(defaults, flag)
+        group.add_argument("--" + flag.replace("_", "-"), type=kind, default=default, metavar="S" if kind is float
+                           else "N", help=f"{text} (default {default})")

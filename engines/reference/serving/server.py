@@ -7,17 +7,25 @@ Routes: POST /v1/completions and /v1/chat/completions (SSE streaming or one JSON
 /health (503 once the step loop died) and /metrics. The engine steps on its own thread
 (`AsyncEngine`); handlers only parse, tokenize and forward deltas, so HTTP stays responsive during a
 forward. A client that disconnects cancels its handler, which aborts its request and frees its blocks.
-Errors are OpenAI-style JSON. The server binds 127.0.0.1 unless told otherwise; with an API key, every
-/v1 route wants `Authorization: Bearer <key>`.
+Errors are OpenAI-style JSON; a server error says only `internal error` and an id the log has the detail
+under. The server binds 127.0.0.1 unless told otherwise; with an API key, every /v1 route wants
+`Authorization: Bearer <key>` (compared in constant time).
+
+One client can't hold the server up: connections past --max-connections get a 503 (`connections.py`), headers
+must arrive within --idle-timeout-s (aiohttp's keep-alive timer runs until they are complete), a body within
+--body-timeout-s, a body over the limit is refused by its Content-Length without being read to its end, and a
+stream whose client stops reading is cut (--send-timeout-s, --max-pending-outputs) and its request aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -26,16 +34,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
 from engines.reference.loading.lora import load_adapter, parse_lora_modules, read_adapter_config
 from engines.reference.loading.weights import LoadedModel
-from engines.reference.serving.async_engine import AsyncEngine, EngineDeadError, RequestStream
+from engines.reference.serving.async_engine import AsyncEngine, EngineDeadError, RequestStream, SlowConsumerError
+from engines.reference.serving.connections import CappedSite, drop_connection, open_host_warning
 from engines.reference.serving.metrics import CONTENT_TYPE, EngineMetrics
 from engines.reference.serving.openai_api import ApiError, GenerationRequest, Kind, Limits, choice, envelope, usage
 from engines.reference.serving.openai_api import parse_generation_request as parse
-from engines.reference.serving.options import DTYPE_NAMES, ServerOptions, parse_args
+from engines.reference.serving.options import DTYPE_NAMES, ServerOptions, api_key_of, parse_args
 
 logger = logging.getLogger(__name__)
 _DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
@@ -96,21 +105,24 @@ class Server:
 
     def __init__(self, options: ServerOptions, engine: LLMEngine | None = None) -> None:
         self.options = options
+        self._api_key = api_key_of(options)  # before the model loads: a key named but not set is said at once
         self.engine = engine if engine is not None else build_engine(options)
         self.model_name = options.served_model_name or self.engine.model_name
         self.metrics = EngineMetrics(self.model_name, self.engine.config.max_loras if self.engine.adapters else None)
-        self.async_engine = AsyncEngine(self.engine, self.metrics)
+        self.async_engine = AsyncEngine(self.engine, self.metrics, options.max_pending_outputs)
         self.limits = Limits(
             self.model_name, self.engine.config.max_model_len, self.engine.vocab_size, self.engine.tokenizer,
-            frozenset(self.engine.adapters),
+            frozenset(self.engine.adapters), options.max_stop_strings, options.max_stop_chars,
+            options.max_stop_token_ids,
         )
         self._runner: web.AppRunner | None = None
+        self.site: CappedSite | None = None
         self.base_url = ""
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=self.limits.max_body_bytes)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions, expect_handler=self._expect)
+        app.router.add_post("/v1/chat/completions", self._chat, expect_handler=self._expect)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -121,11 +133,16 @@ class Server:
         URL (…/v1) with the port actually bound."""
         if start_step_thread:
             self.async_engine.start(asyncio.get_running_loop())
-        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0,
+                                     keepalive_timeout=self.options.idle_timeout_s)  # fmt: skip
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.options.host, self.options.port).start()
+        self.site = CappedSite(self._runner, self.options.host, self.options.port, self.options.max_connections,
+                               "--max-connections")  # fmt: skip
+        await self.site.start()
         host, port = self._runner.addresses[0][:2]
         self.base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        if self._api_key is None and (warning := open_host_warning(self._runner.addresses)) is not None:
+            print(warning, file=sys.stderr, flush=True)
         return self.base_url
 
     async def stop(self) -> None:
@@ -141,7 +158,10 @@ class Server:
         try:
             return await handler(request)
         except ApiError as error:
-            return web.json_response(error.body(), status=error.status)
+            response = web.json_response(error.body(), status=error.status)
+            if error.status in (408, 413):  # the body was not read to its end: this connection carries no more
+                response.force_close()
+            return response
         except web.HTTPException as exc:  # unknown route, wrong method
             if exc.status < 400:
                 raise
@@ -149,17 +169,33 @@ class Server:
             return web.json_response(http_error.body(), status=exc.status)
         except ConnectionError:  # the client went away mid-stream; nothing left to answer
             raise
-        except Exception as exc:  # a bug: answer JSON, keep serving
-            logger.exception("error handling %s %s", request.method, request.path)
-            return web.json_response(ApiError(f"internal error: {exc!r}", status=500).body(), status=500)
+        except Exception:  # a bug: answer JSON, keep serving; what failed goes to the log only
+            error_id = f"err-{uuid.uuid4().hex[:16]}"
+            logger.exception("error %s handling %s %s", error_id, request.method, request.path)
+            return web.json_response(ApiError(f"internal error (id {error_id})", status=500).body(), status=500)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Callable[[web.Request], Awaitable]) -> web.StreamResponse:
-        key = self.options.api_key
-        if key and request.path.startswith("/v1") and request.headers.get("Authorization") != f"Bearer {key}":
+        if self._api_key and request.path.startswith("/v1") and not _is_key(request, self._api_key):
             raise ApiError("Incorrect or missing API key: send 'Authorization: Bearer <key>'", status=401,
                            code="invalid_api_key")  # fmt: skip
         return await handler(request)
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """`Expect: 100-continue`: a body too large is refused before the client sends it."""
+        if (request.content_length or 0) > self.limits.max_body_bytes:
+            response = web.json_response(self.limits.body_too_large(request.content_length).body(), status=413)
+            response.force_close()
+            return response
+        if request.version != HttpVersion11:
+            return None
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            error = ApiError(f"Expect: {request.headers['Expect'][:100]} is not supported (only 100-continue)",
+                             status=417)  # fmt: skip
+            return web.json_response(error.body(), status=417)
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # what aiohttp's own expect handler does
+        request.writer.output_size = 0
+        return None
 
     # ---- routes ------------------------------------------------------------------------------------
 
@@ -172,8 +208,9 @@ class Server:
     async def _models(self, request: web.Request) -> web.Response:
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "reference",
                 "root": self.engine.model_name, "parent": None, "max_model_len": self.engine.config.max_model_len}
-        # each adapter as vLLM lists one: its name, its directory as root, the base model as parent
-        adapters = [{"id": a.name, "object": "model", "created": 0, "owned_by": "reference", "root": a.path,
+        # each adapter as vLLM lists one, the base model as parent, but its own name as root: vLLM's root is the
+        # adapter's directory, which tells every client a path on this host
+        adapters = [{"id": a.name, "object": "model", "created": 0, "owned_by": "reference", "root": a.name,
                      "parent": self.model_name, "max_model_len": self.engine.config.max_model_len}
                     for a in self.engine.adapters.values()]  # fmt: skip
         return web.json_response({"object": "list", "data": [card, *adapters]})
@@ -186,13 +223,17 @@ class Server:
 
     async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         if (request.content_length or 0) > self.limits.max_body_bytes:
-            await _drain(request)  # read and dropped, never held: the client then reads the answer
+            # Answered unread, the connection then closed; aiohttp reads what the client still sends for a few
+            # seconds (its lingering time), so the client gets to read the answer, never for longer.
             raise self.limits.body_too_large(request.content_length)
         try:
-            body = await request.json()
+            async with asyncio.timeout(self.options.body_timeout_s):
+                body = await request.json()
         except web.HTTPRequestEntityTooLarge:  # a body sent without its length
-            await _drain(request)
             raise self.limits.body_too_large(None) from None
+        except TimeoutError:
+            raise ApiError(f"the request body took longer than {self.options.body_timeout_s:g} s to arrive (this "
+                           "server's --body-timeout-s)", status=408, code="request_timeout") from None
         except ValueError:
             raise ApiError("the request body must be valid JSON") from None
         except RecursionError:  # the parser's own limit: answered as the bad input it is, not a server error
@@ -210,6 +251,7 @@ class Server:
             raise ApiError(f"the server is overloaded: {exc}", status=503, code="queue_full") from None
         async with contextlib.aclosing(stream):  # leaving early (disconnect, error) aborts the request
             if generation.is_stream:
+                stream.on_cut = lambda: drop_connection(request)
                 return await self._stream(request, generation, request_id, stream)
             return await self._complete(generation, request_id, stream)
 
@@ -235,6 +277,16 @@ class Server:
         await response.prepare(request)
         kind, created = generation.kind, int(time.time())
 
+        async def send(data: bytes) -> None:
+            try:
+                async with asyncio.timeout(self.options.send_timeout_s):
+                    await response.write(data)
+            except TimeoutError:
+                logger.warning("request %s cut: its client read nothing for %g s (--send-timeout-s)", request_id,
+                               self.options.send_timeout_s)  # fmt: skip
+                drop_connection(request)
+                raise SlowConsumerError("the client stopped reading") from None
+
         def chunk(choices: list, usage_stats: dict | None) -> bytes:
             payload = envelope(kind, request_id, created, generation.adapter or self.model_name, True, choices)
             if usage_stats is not None:
@@ -247,23 +299,27 @@ class Server:
         role: str | None = "assistant" if kind == "chat" else None
         last: RequestOutput | None = None
         try:
-            async for last in outputs:
-                choices = [choice(kind, last.new_text, last.finish_reason, True, role)]
-                role = None
-                await response.write(chunk(choices, usage(last) if is_continuous else None))
-        except EngineDeadError as exc:
-            await response.write(_sse(ApiError(str(exc), status=503, code="engine_dead").body()))
-        if generation.include_usage and last is not None and last.finished:
-            await response.write(chunk([], usage(last)))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+            try:
+                async for last in outputs:
+                    choices = [choice(kind, last.new_text, last.finish_reason, True, role)]
+                    role = None
+                    await send(chunk(choices, usage(last) if is_continuous else None))
+            except EngineDeadError as exc:
+                await send(_sse(ApiError(str(exc), status=503, code="engine_dead").body()))
+            if generation.include_usage and last is not None and last.finished:
+                await send(chunk([], usage(last)))
+            await send(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (SlowConsumerError, ConnectionError):  # cut, or gone: aiohttp ends it as a client gone away, quietly
+            pass
         return response
 
 
-async def _drain(request: web.Request) -> None:
-    """Read a request's body to its end, a piece at a time, keeping none of it."""
-    while await request.content.readany():
-        pass
+def _is_key(request: web.Request, key: str) -> bool:
+    """Whether the request's Authorization header carries `key`, compared in constant time (no timing tells
+    how much of a guess was right)."""
+    sent = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")  # any str encodes
+    return hmac.compare_digest(sent, f"Bearer {key}".encode("utf-8", "surrogatepass"))
 
 
 # ---- running it -------------------------------------------------------------------------------------
