@@ -84,17 +84,16 @@ def plan(
     console.print(memory_table(result))
     console.print(decode_table(result))
     for line in assumptions(result):
-        console.print(f"  - {line}", highlight=False, soft_wrap=True)
+        console.print(f"  - {line}", highlight=False, soft_wrap=True, markup=False)
 
 
 def memory_table(result: Plan) -> Table:
-    from rich.table import Table
-
+    from bench.commands.display import DataTable  # the model's name is a file's word: no markup
     from costmodel.plan import gb
 
     inputs, m = result.inputs, result.memory
     tp, gpu = inputs.tensor_parallel_size, inputs.gpu
-    table = Table(
+    table = DataTable(
         title=f"{inputs.model.name} on {tp} x {gpu.name} ({gpu.memory_gb:g} GB, {gpu.bandwidth_tb_s:g} "
         f"TB/s), {inputs.context:,}-token context"
     )
