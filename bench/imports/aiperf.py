@@ -107,7 +107,7 @@ class _Metrics:
             raise ImportFileError(f"{self.path}: {name} is {shown(result)}; expected a metric result (unit, avg, "
                                   "p50, ...)")
         unit = result.get("unit")
-        if unit not in units:
+        if not isinstance(unit, str) or unit not in units:
             raise ImportFileError(f"{self.path}: {name}.unit is {shown(unit)}; expected {' or '.join(units)}")
         return result, units[unit]
 

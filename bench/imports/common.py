@@ -4,6 +4,7 @@ summary built from a file's aggregates where the file does not hold each request
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -45,6 +46,12 @@ def load_json(path: Path, what: str) -> dict[str, Any]:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ImportFileError(f"{path}: not a JSON file ({exc})") from None
+    except RecursionError:  # arrays nested deeper than the parser's stack
+        raise ImportFileError(f"{path}: not a JSON file (nested too deeply)") from None
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no file this run writes can hold
+        json.dumps(raw, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ImportFileError(f"{path}: not a JSON file of text (a \\u escape names half a character)") from None
     if not isinstance(raw, dict):
         raise ImportFileError(f"{path}: expected a JSON object ({what})")
     return raw
@@ -61,8 +68,14 @@ def shown(value: Any) -> str:
     return "missing" if value is None else repr(value)[:80]
 
 
+def is_count(value: Any, minimum: int = 0) -> TypeGuard[int]:
+    """A whole number >= minimum (JSON's true is not 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite number (Python's JSON reader takes NaN and Infinity, which no figure is)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)

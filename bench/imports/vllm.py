@@ -13,7 +13,7 @@ ours.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,11 @@ from bench.imports.common import (
     ImportedLevel,
     ImportFileError,
     aggregate_summary,
+    is_count,
     is_number,
     latency,
     load_json,
+    shown,
 )
 from loadgen.types import Distribution, LevelSummary, RequestRecord
 
@@ -41,6 +43,8 @@ def read_vllm(path: Path, run_id: str = "imported") -> list[ImportedLevel]:
             raise ImportFileError(f"{path}: {name} is {raw.get(name)!r}; {WHAT} has it as a number")
     label, kind, target, how = _level(raw, path)
     engine, model = str(raw.get("backend") or "vllm"), raw.get("model_id")
+    if model is not None and not isinstance(model, str):
+        raise ImportFileError(f"{path}: model_id is {shown(model)}; {WHAT} has the model's name there")
     notes = [f"imported from vllm bench serve ({path.name}): {how}",
              "vLLM's ITL is the gap between streamed chunks (this toolkit's ICL)"]
     if all(isinstance(raw.get(name), list) for name in PER_REQUEST):
@@ -48,19 +52,19 @@ def read_vllm(path: Path, run_id: str = "imported") -> list[ImportedLevel]:
         return [ImportedLevel(label, engine, model, None, records=records, notes=tuple(notes))]
     notes += ["no per-request records in the file (saved without --save-detailed): figures as the file gives them, "
               "SLO attainment not measured, no client self-check"]
-    return [ImportedLevel(label, engine, model, None, summary=_summary(raw, label, kind, target, engine, notes),
+    return [ImportedLevel(label, engine, model, None, summary=_summary(raw, path, label, kind, target, engine, notes),
                           notes=tuple(notes))]
 
 
 def _level(raw: dict[str, Any], path: Path) -> tuple[str, str, float, str]:
     concurrency, rate = raw.get("max_concurrency"), raw.get("request_rate")
-    if isinstance(concurrency, int) and concurrency >= 1:
+    if is_count(concurrency, 1):
         how = f"at most {concurrency} requests at once" + (f", {rate} requests/s" if rate not in (None, "inf") else "")
         return f"c{concurrency}", "concurrency", float(concurrency), how
-    if isinstance(rate, int | float) and rate > 0 and math.isfinite(rate):
+    if is_number(rate) and rate > 0:
         return f"r{rate:g}", "rate", float(rate), f"{rate:g} requests/s, no cap on those in flight"
     prompts = raw.get("num_prompts")
-    if isinstance(prompts, int) and prompts >= 1:  # request_rate inf, no cap: every request sent at once
+    if is_count(prompts, 1):  # request_rate inf, no cap: every request sent at once
         return f"c{prompts}", "concurrency", float(prompts), f"all {prompts} requests sent at once"
     raise ImportFileError(f"{path}: max_concurrency, request_rate and num_prompts say no load (expected a "
                           "max_concurrency >= 1, a finite request_rate > 0, or num_prompts)")
@@ -72,6 +76,7 @@ def _records(raw: dict[str, Any], path: Path, label: str, kind: str, engine: str
     if len(set(lengths.values())) != 1:
         raise ImportFileError(f"{path}: the per-request lists differ in length ({lengths})")
     starts = raw.get("start_times") if isinstance(raw.get("start_times"), list) else None
+    _check_entries(raw, path, lengths["ttfts"], starts)
     origin = min(starts) if starts else 0.0
     records = []
     for i in range(lengths["ttfts"]):
@@ -92,11 +97,38 @@ def _records(raw: dict[str, Any], path: Path, label: str, kind: str, engine: str
     return tuple(records)
 
 
-def _summary(raw: dict[str, Any], label: str, kind: str, target: float, engine: str,
+ENTRIES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "ttfts": (lambda v: v is None or _seconds(v), "seconds >= 0"),
+    "latencies": (lambda v: v is None or _seconds(v), "seconds >= 0"),
+    "itls": (lambda v: v is None or (isinstance(v, list) and all(_seconds(gap) for gap in v)),
+             "a list of seconds >= 0"),
+    "input_lens": (lambda v: is_count(v), "a token count >= 0"),
+    "output_lens": (lambda v: is_count(v), "a token count >= 0"),
+    "errors": (lambda v: v is None or isinstance(v, str), "a string (empty: no error)"),
+    "start_times": (is_number, "a time in seconds"),
+}
+
+
+def _seconds(value: Any) -> bool:
+    return is_number(value) and value >= 0
+
+
+def _check_entries(raw: dict[str, Any], path: Path, count: int, starts: list[Any] | None) -> None:
+    """Each request's entry in each per-request list is of its kind, so a record is made of figures only."""
+    if starts is not None and len(starts) != count:
+        raise ImportFileError(f"{path}: start_times has {len(starts)} entries; the per-request lists have {count}")
+    for name, (is_valid, wanted) in ENTRIES.items():
+        for i, value in enumerate(raw[name] if name != "start_times" else starts or []):
+            if not is_valid(value):
+                raise ImportFileError(f"{path}: {name}[{i}] is {shown(value)}; expected {wanted}")
+
+
+def _summary(raw: dict[str, Any], path: Path, label: str, kind: str, target: float, engine: str,
              notes: list[str]) -> LevelSummary:
-    completed = int(raw["completed"])
-    failed = int(raw["failed"]) if isinstance(raw.get("failed"), int) else max(
-        0, int(raw.get("num_prompts") or completed) - completed)
+    completed, failed, prompts = raw["completed"], raw.get("failed"), raw.get("num_prompts")
+    if not is_count(completed):
+        raise ImportFileError(f"{path}: completed is {shown(completed)}; expected a count of requests >= 0")
+    failed = failed if is_count(failed) else max(0, (prompts if is_count(prompts) else completed) - completed)
     ttft, tpot, itl, e2e = (_distribution(raw, metric) for metric in METRICS)
     if any(d.p95 is None for d in (ttft, tpot, itl, e2e)):
         notes = [*notes, "the file gives no p95 for some latencies (vllm bench serve saves the percentiles "
@@ -107,10 +139,16 @@ def _summary(raw: dict[str, Any], label: str, kind: str, target: float, engine: 
         duration_s=float(raw["duration"]), request_per_s=raw["request_throughput"],
         output_tokens_per_s=raw["output_throughput"], total_tokens_per_s=raw["total_token_throughput"],
         latency=latency(ttft=ttft, itl=itl, icl=itl, tpot=tpot, e2e=e2e),  # vLLM's ITL: a gap between chunks
-        mean_input_tokens=(raw.get("total_input_tokens") or 0) / completed if completed else 0.0,
-        mean_output_tokens=(raw.get("total_output_tokens") or 0) / completed if completed else 0.0,
-        mean_in_flight=float(raw.get("max_concurrency") or target),
+        mean_input_tokens=_total(raw, "total_input_tokens") / completed if completed else 0.0,
+        mean_output_tokens=_total(raw, "total_output_tokens") / completed if completed else 0.0,
+        mean_in_flight=float(cap) if is_count(cap := raw.get("max_concurrency"), 1) else target,
         goodput_request_per_s=goodput if is_number(goodput) else None), notes)
+
+
+def _total(raw: dict[str, Any], name: str) -> float:
+    """A token total the file may lack (0 then, as vLLM writes it for no request)."""
+    value = raw.get(name)
+    return float(value) if is_number(value) else 0.0
 
 
 def _distribution(raw: dict[str, Any], metric: str) -> Distribution:
