@@ -25,7 +25,9 @@ from typing import Any
 
 import httpx
 
+from common.secrets import redact, redact_argv
 from engines.convert import default_gguf, default_safetensors_checkpoint
+from engines.keys import KEY_VARIABLES, key_in_environment
 from engines.launch import ENGINE_LOG, EngineStartError, ProcessSpec, local_port, run_process, server_version
 from engines.types import Endpoint, EngineInfo, RunningEngine
 
@@ -49,10 +51,15 @@ def engine_arg_flags(args: dict[str, str]) -> list[str]:
     return flags
 
 
-def listed_model(root: str) -> str:
-    """The first model the server lists at /v1/models: the name it serves the model under."""
-    models = httpx.get(root + "/v1/models", timeout=10).json()["data"]
-    return str(models[0]["id"])
+def listed_model(root: str, headers: dict[str, str]) -> str:
+    """The first model the server lists at /v1/models (asked with `headers`, its key): the name it serves
+    the model under."""
+    response = httpx.get(root + "/v1/models", headers=headers, timeout=10)
+    if response.status_code in (401, 403):
+        raise EngineStartError(f"{root}/v1/models refused bench's own request (HTTP {response.status_code}): the "
+                               "engine wants an API key bench was not given (REFERENCE_API_KEY or VLLM_API_KEY set in "
+                               "this environment for another server?)")
+    return str(response.json()["data"][0]["id"])
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class LocalEngine:
     command: list[str]
     version: Callable[[str], str | None]  # asked of the ready server, given its root URL
     details: dict[str, Any]  # for run.json, after the command; time_to_ready_s and pid are added
-    served_model: Callable[[str], str] = listed_model  # asked of the ready server, given its root URL
+    served_model: Callable[[str, dict[str, str]], str] = listed_model  # asked of the ready server: root URL, headers
     env: dict[str, str] = field(default_factory=dict)
     ready_paths: tuple[str, ...] = ("/health",)  # any one answering 200 means ready
 
@@ -76,11 +83,13 @@ LocalKind = Callable[[str, dict[str, str], int], LocalEngine]
 def launch_local(
     kind: LocalKind, run_dir: Path, model: str = "default", args: dict[str, str] | None = None, port: int | None = None,
     ready_timeout_s: float = 600.0, env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None,
-    extra_argv: list[str] | None = None,
+    extra_argv: list[str] | None = None, api_key: str | None = None,
 ) -> Iterator[tuple[Endpoint, EngineInfo]]:
     """Run the engine `kind` makes on `port` (or a free one) until ready, yield its endpoint and what runs
-    there, and stop it on every path; `env` is added to its environment, `cpus` the cores it is pinned to,
-    `extra_argv` to its command line (flags that take several values: its LoRA adapters)."""
+    there, and stop it on every path; `env` is added to its environment (its secrets travel there, never on
+    its command line: `engines.keys`), `cpus` the cores it is pinned to, `extra_argv` to its command line
+    (flags that take several values: its LoRA adapters); `api_key`, the key its server wants, is sent by
+    bench's own checks and named (never written) in the endpoint."""
     port, root = local_port(port)
     engine = kind(model, dict(args or {}), port)  # a copy: kinds take the launcher's own keys out
     if extra_argv:
@@ -88,13 +97,17 @@ def launch_local(
     urls = [root + path for path in engine.ready_paths]
     spec = ProcessSpec(engine.name, engine.command, urls, env={**engine.env, **(env or {})},
                        ready_timeout_s=ready_timeout_s, cpus=cpus)
-    with run_process(spec, run_dir / ENGINE_LOG) as started:
-        served = engine.served_model(root)
-        details = {"command": engine.command, **engine.details, "time_to_ready_s": round(started.time_to_ready_s, 3),
-                   "pid": started.pid}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with run_process(spec, run_dir / ENGINE_LOG) as started, key_in_environment(api_key) as key_variable:
+        served = engine.served_model(root, headers)
+        details = {"command": redact_argv(engine.command), **redact(engine.details),
+                   "time_to_ready_s": round(started.time_to_ready_s, 3), "pid": started.pid}
         info = EngineInfo(name=engine.name, model=served, version=engine.version(root), launched_by="bench",
                           details=details)
-        yield Endpoint(root + "/v1", served), info
+        yield Endpoint(root + "/v1", served, key_variable), info
+
+
+REFERENCE_KEY_VARIABLE = KEY_VARIABLES["reference"]["api-key"]
 
 
 # --- the reference engine --------------------------------------------------------------------------------
@@ -109,14 +122,17 @@ def reference_engine(model: str, args: dict[str, str], port: int) -> LocalEngine
 
 
 def launch_reference_argv(run_dir: Path, argv: list[str], ready_timeout_s: float = 600.0, port: int | None = None,
-                          env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None) -> RunningEngine:
-    """The reference engine with its own server flags as given (`bench serve`'s), on `port` (or a free one)."""
+                          env: dict[str, str] | None = None, cpus: tuple[int, ...] | None = None,
+                          api_key: str | None = None) -> RunningEngine:
+    """The reference engine with its own server flags as given (`bench serve`'s), on `port` (or a free one);
+    `api_key`, when it wants one, reaches it in its environment (never among `argv`)."""
+    env = {**(env or {}), REFERENCE_KEY_VARIABLE: api_key} if api_key else env
 
     def kind(model: str, args: dict[str, str], port: int) -> LocalEngine:
         command = [sys.executable, "-m", "engines.reference", *argv, "--host", "127.0.0.1", "--port", str(port)]
         return LocalEngine("reference", command, version=lambda root: _tool_version(), details={"argv": argv})
 
-    return launch_local(kind, run_dir, "from-argv", None, port, ready_timeout_s, env, cpus)
+    return launch_local(kind, run_dir, "from-argv", None, port, ready_timeout_s, env, cpus, api_key=api_key)
 
 
 # --- llama.cpp -------------------------------------------------------------------------------------------
@@ -197,7 +213,7 @@ def vllm_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
     model, served = checkpoint_model(model)
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served,
                "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
-    return LocalEngine("vllm", command, served_model=lambda root: served,
+    return LocalEngine("vllm", command, served_model=lambda root, headers: served,
                        version=lambda root: server_version(root, "/version"),
                        details={"engine_args": args, "python": python})
 
@@ -210,7 +226,7 @@ def sglang_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
     command = [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", served,
                "--host", "127.0.0.1", "--port", str(port), *engine_arg_flags(args)]
     # `/server_info` is `/get_server_info` before SGLang renamed it.
-    return LocalEngine("sglang", command, served_model=lambda root: served,
+    return LocalEngine("sglang", command, served_model=lambda root, headers: served,
                        version=lambda root: server_version(root, "/server_info", "/get_server_info"),
                        details={"engine_args": args, "python": python})
 
@@ -242,7 +258,7 @@ def ollama_engine(model: str, args: dict[str, str], port: int) -> LocalEngine:
     env = {"OLLAMA_HOST": f"127.0.0.1:{port}", **{OLLAMA_ENV[key]: value for key, value in settings.items()}}
     models_dir = env.get("OLLAMA_MODELS", "~/.ollama/models")
     return LocalEngine("ollama", command, env=env, ready_paths=("/api/version",),
-                       served_model=lambda root: _pulled_ollama_model(root, model, models_dir),
+                       served_model=lambda root, headers: _pulled_ollama_model(root, model, models_dir),
                        version=lambda root: server_version(root, "/api/version"),
                        details={"env": env, "model_argument": model, "engine_args": args})
 

@@ -9,12 +9,15 @@ The container kinds import the Docker SDK only when made. Whether a kind can run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from engines.engine_file import EngineFile
+from engines.keys import EngineSecrets, SecretArgError, key_in_environment, take_secrets
 from engines.lmstudio import launch_lmstudio
 from engines.process import (
     LocalKind,
@@ -26,7 +29,7 @@ from engines.process import (
     sglang_engine,
     vllm_engine,
 )
-from engines.types import Endpoint, Launcher
+from engines.types import Endpoint, EngineInfo, Launcher
 
 if TYPE_CHECKING:
     from engines.docker import ContainerOptions, ContainerSpec
@@ -67,8 +70,9 @@ class LocalProcess:
         args = _args(o)  # a bad flag is said now, before anything starts
         cpus = tuple(o.cpus) if o.cpus else None
         adapters = _lora_flags(o, args)
-        return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", args, o.port, o.ready_timeout_s,
-                                            o.env, cpus, adapters)
+        found = _secrets(o, args)  # in the engine's environment, not its flags; a variable not set is said now
+        return lambda run_dir: launch_local(self.kind, run_dir, o.model or "default", found.args, o.port,
+                                            o.ready_timeout_s, found.env, cpus, adapters, found.api_key)
 
 
 def _lmstudio(o: EngineFile) -> Launcher:
@@ -88,7 +92,21 @@ def _engine_image(to_spec: Callable[[ContainerOptions], ContainerSpec], o: Engin
         options = replace(options, volumes={**options.volumes, **container_mounts(o.lora)},
                           extra_argv=_lora_flags(o, options.extra_args, in_container=True))
     spec = to_spec(options)
-    return lambda run_dir: launch_container(run_dir, spec, o.port)
+    api_key = _secrets(o, _args(o)).api_key
+    return _with_key(lambda run_dir: launch_container(run_dir, spec, o.port), api_key)
+
+
+def _with_key(launcher: Launcher, api_key: str | None) -> Launcher:
+    """`launcher`, its endpoint naming a variable that holds the key its server wants (`engines.keys`)."""
+    if not api_key:
+        return launcher
+
+    @contextmanager
+    def launch(run_dir: Path) -> Iterator[tuple[Endpoint, EngineInfo]]:
+        with launcher(run_dir) as (endpoint, info), key_in_environment(api_key) as variable:
+            yield replace(endpoint, api_key_env=variable), info
+
+    return launch
 
 
 def _trtllm(o: EngineFile) -> Launcher:
@@ -109,10 +127,11 @@ def _container_options(o: EngineFile) -> ContainerOptions:
 
     if not o.model:
         raise EngineError(f"--engine {o.engine} needs --model (a Hugging Face id or a path inside the container)")
+    found = _secrets(o, _args(o))  # secrets go to the container's environment, never its command
     return ContainerOptions(
         model=o.model, gpus=_gpus(o), tensor_parallel_size=o.tensor_parallel_size, max_num_seqs=o.max_num_seqs,
         gpu_memory_fraction=o.gpu_memory_fraction, quantization=o.quantization, max_model_len=o.max_model_len,
-        extra_args=_args(o), image=o.image, ready_timeout_s=o.ready_timeout_s, env=o.env, volumes=o.volumes,
+        extra_args=found.args, image=o.image, ready_timeout_s=o.ready_timeout_s, env=found.env, volumes=o.volumes,
     )
 
 
@@ -125,7 +144,7 @@ def make_container(o: EngineFile) -> Launcher:
         raise EngineError(f"engine `container` needs {', '.join(missing)} in its --engine-file")
     assert o.image and o.command and o.container_port and o.served_model
     spec = ContainerSpec(engine=o.name or "container", image=o.image, command=o.command,
-                         container_port=o.container_port, served_model=o.served_model, env=o.env,
+                         container_port=o.container_port, served_model=o.served_model, env=_secrets(o, {}).env,
                          volumes=o.volumes, gpus=_gpus(o), ready_timeout_s=o.ready_timeout_s, ipc_host=False,
                          working_dir=o.working_dir)
     return lambda run_dir: launch_container(run_dir, spec, o.port)
@@ -135,6 +154,14 @@ def _args(o: EngineFile) -> dict[str, str]:
     try:
         return parse_engine_args(o.engine_args())
     except ValueError as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _secrets(o: EngineFile, args: dict[str, str]) -> EngineSecrets:
+    """The engine's secrets taken out of its flags, for its environment (`engines.keys`)."""
+    try:
+        return take_secrets(o.engine, args, o.env)
+    except SecretArgError as exc:
         raise EngineError(str(exc)) from None
 
 

@@ -78,7 +78,9 @@ def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir:
         roots = [endpoint.base_url.removesuffix("/v1") for endpoint, _ in running]
         command = [router, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *roots, "--policy", policy,
                    "--prometheus-host", "127.0.0.1", "--prometheus-port", str(local_port(None)[0]), *extra]
-        spec = ProcessSpec("vllm-router", command, [root + "/v1/models"], ready_timeout_s=ready_timeout_s)
+        # /readiness answers without the key the replicas may want, which /v1/models passes on
+        spec = ProcessSpec("vllm-router", command, [root + "/v1/models", root + "/readiness"],
+                           ready_timeout_s=ready_timeout_s)
         started = stack.enter_context(run_process(spec, run_dir / ENGINE_LOG))
         first = running[0][1]
         details = {"router": {"command": command, "policy": policy, "args": dict(router_args or {}), "pid": started.pid,
@@ -88,7 +90,7 @@ def launch_replicas(replicas: Sequence[tuple[Launcher, ReplicaBudget]], run_dir:
                                 for (endpoint, info), (_, budget) in zip(running, replicas, strict=True)]}
         info = EngineInfo(name=f"{first.name} x{count}", model=first.model, version=first.version,
                           launched_by="bench", details=details)
-        yield Endpoint(root + "/v1", first.model), info
+        yield Endpoint(root + "/v1", first.model, running[0][0].api_key_env), info  # the router passes the key on
 
 
 RESERVED_ROUTER_FLAGS = ("host", "port", "worker-urls", "policy", "prometheus-host", "prometheus-port")

@@ -281,10 +281,13 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
     from engines.launch import EngineStartError
     from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
     from engines.process import launch_reference_argv, parse_engine_args
+    from engines.reference.serving.options import api_key_of
     from engines.replicas import budgeted, launch_replicas
 
     logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     engine_port = options.port or None
+    api_key = api_key_of(options)  # to the engines in their environment, never on their command line
+    argv = _without(argv, "--api-key", "--api-key-env")
     try:
         if stack.ui:
             find_openwebui(stack.ui_python)  # said before the engine loads
@@ -292,7 +295,7 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
             if stack.replicas is not None:
                 argv = _without(argv, "--port", "--host")
                 replicas = budgeted(lambda budget: lambda run_dir: launch_reference_argv(
-                    run_dir, argv, env=budget.env(), cpus=budget.cpus), stack.replicas)
+                    run_dir, argv, env=budget.env(), cpus=budget.cpus, api_key=api_key), stack.replicas)
                 endpoint, info = running.enter_context(launch_replicas(
                     replicas, logs, stack.router_policy, engine_port,
                     router_args=dict(parse_engine_args(stack.router_arg))))
@@ -301,7 +304,7 @@ def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namesp
                               f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)
             else:
                 endpoint, info = running.enter_context(launch_reference_argv(
-                    logs, _without(argv, "--host", "--port"), port=engine_port))
+                    logs, _without(argv, "--host", "--port"), port=engine_port, api_key=api_key))
                 console.print(f"reference engine at {endpoint.base_url}, model {endpoint.model}", highlight=False)
             if stack.ui:
                 ui = running.enter_context(launch_openwebui(logs, endpoint, stack.ui_data, stack.ui_port,

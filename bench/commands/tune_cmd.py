@@ -22,6 +22,7 @@ from rich.markup import escape
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags
+from common.private import make_private_dir
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     from bench.flows.tune import ConfigResult, Tune, TuneEntry
@@ -78,7 +79,7 @@ def tune(
                 raise TuneError("give --grid KEY=V1,V2 (repeatable) or --configs FILE: the configurations to try")
             tried = parse_grids(grid) if grid else read_configs(configs)
             folder = flags.out / f"tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kinds[0]}"
-            folder.mkdir(parents=True)
+            make_private_dir(folder)
             plan = Tune(folder, kinds[0], check_objective(objective), [TuneEntry(c) for c in with_default(tried)],
                         _settings(flags, concurrency, rate), min_accuracy)
             plan.save()

@@ -24,6 +24,8 @@ from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
 from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
+from common.private import describe_access
+from common.secrets import REDACTED
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
@@ -126,6 +128,7 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
             continue
         spec, scenario = run.engine_spec, run.scenario
         assert spec is not None and scenario is not None  # open_run refuses a run without them
+        _check_no_secret_left_out(run_dir, spec)
         tokenizer_path = run.client.tokenizer
         tokenizer = _load_tokenizer(Path(tokenizer_path) if tokenizer_path else None)
         replay = load_replay(scenario, tokenizer)
@@ -146,6 +149,16 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
         console.print("\n  ".join(shown), highlight=False, markup=False, soft_wrap=True)  # before anything runs
         jobs.append(Job(plan, launcher, prepare(run_dir, run)))
     return jobs, complete
+
+
+def _check_no_secret_left_out(run_dir: Path, spec: EngineFile) -> None:
+    """A secret the run was launched with is not in run.json (`***`): it can't be launched again with it."""
+    hidden = [f"--engine-arg {key}" for key, value in spec.args.items() if value == REDACTED]
+    hidden += [f"env {name}" for name, value in spec.env.items() if value == REDACTED]
+    if hidden:
+        raise ResumeError(f"--resume {run_dir}: that run was given {', '.join(hidden)} as a value, and run.json keeps "
+                          "no secret; start a new run giving it as a reference, ${NAME} (an environment variable "
+                          "read at launch), so that a resume can read it again")
 
 
 def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, other_flags: list[str]) -> None:
@@ -239,7 +252,8 @@ def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool)
         if run.capacity is not None:
             console.print(capacity_line(run.capacity, any(s.sessions is not None for s in run.summaries)),
                           highlight=False)
-        console.print(f"run directory: {result.run_dir}")
+        console.print(f"run directory: {escape(str(result.run_dir))}, {describe_access(result.run_dir)}",
+                      highlight=False, soft_wrap=True)
     if write_reports and outcome.results:
         _write_reports([result.run_dir for result in outcome.results], out)
     if not outcome.failures:

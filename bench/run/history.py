@@ -25,6 +25,8 @@ from pathlib import Path
 from scipy import stats
 
 from bench.run.rundir import Run
+from common.private import make_private_dir
+from common.secrets import redact
 
 HISTORY_FOLDER = ".history"  # in the runs folder, hidden: `bench report runs/*` still names run directories only
 HISTORY_FILE = "history.sqlite"
@@ -85,7 +87,7 @@ def record_run(run: Run, runs_root: Path, weights: str | None) -> int:
     hardware = info.hardware
     hardware_text = " + ".join(filter(None, [hardware.cpu_model if hardware else None,
                                              *(g.name for g in (hardware.gpus or []))] if hardware else [])) or "?"
-    args = json.dumps(spec.args if spec else {}, sort_keys=True)
+    args = json.dumps(redact(spec.args) if spec else {}, sort_keys=True)  # from an older run.json too
     engine, version, model = info.engine.name, info.engine.version or "?", info.engine.model or "?"
     scenario_hash = hashlib.sha256(scenario_json.encode()).hexdigest()[:16]
     parts = [engine, version, model, weights, args, scenario_hash, hardware_text]
@@ -169,7 +171,7 @@ def judge(points: Sequence[Point], higher_is_better: bool) -> tuple[str, tuple[f
 @contextmanager
 def _connect(path: Path) -> Iterator[sqlite3.Connection]:
     """The database, its table made if new; committed and closed on leaving."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent, exist_ok=True)
     with closing(sqlite3.connect(path)) as db, db:
         db.execute(_SCHEMA)
         yield db

@@ -35,6 +35,8 @@ import orjson
 from bench.flows.capacity import read_capacity
 from bench.run.runinfo import RunInfo
 from common.names import UnsafeNameError, inside, slug
+from common.private import make_private_dir
+from common.secrets import redact
 from loadgen.columns import columns_by_level
 from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
@@ -81,14 +83,13 @@ def new_run_dir(root: Path, engine: str, scenario: str, now: datetime | None = N
     while path.exists():
         suffix += 1
         path = base.with_name(f"{base.name}-{suffix}")
-    path.mkdir(parents=True)
-    return path
+    return make_private_dir(path)
 
 
 def write_run_info(run_dir: Path, run: RunInfo) -> None:
     """Written whole to a temporary file, then renamed: a reader never sees half a run.json."""
     tmp = run_dir / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps(run.to_json(), indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(redact(run.to_json()), indent=2, default=str) + "\n")
     tmp.replace(run_dir / RUN_FILE)
 
 
@@ -96,7 +97,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
     path = run_dir / RUN_FILE
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no {RUN_FILE}; is this a run directory?")
-    return RunInfo.from_json(json.loads(path.read_text()))
+    return RunInfo.from_json(redact(json.loads(path.read_text())))  # a run.json written before secrets were kept out
 
 
 def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:

@@ -100,7 +100,7 @@ def test_the_reference_engines_model_defaults_to_default(tmp_path, nothing_start
 # Functions on the way that are not a step from the entry to the command line: make_launcher, which picks
 # the entry, and those that compute a part of it (its flags, the interpreter, the model's name).
 PARTS = {"make_launcher", "_args", "parse_engine_args", "engine_arg_flags", "engine_python", "checkpoint_model",
-         "_package_version", "_lora_flags"}
+         "_package_version", "_lora_flags", "_secrets"}
 WATCHED = {registry.__file__, process.__file__}
 COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")  # part of the function they are in
 
