@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.units import usd_rate
-from common.validation import parse_yaml_mapping, validate
+from common.validation import parse_yaml_mapping, read_text, validate
 from costmodel.inputs import RESERVED_KINDS, RESERVED_TERMS, PricingKind
 
 MAX_PRICE_AGE_DAYS = 90
@@ -285,7 +285,7 @@ def load_catalog(extra_files: Sequence[Path] = ()) -> PriceCatalog:
     for path in extra_files:
         if not Path(path).is_file():
             raise PriceError(f"--prices {path}: no such file")
-        _merge(parse_price_file(Path(path).read_text(), str(path)), gpus, providers, finetunes)
+        _merge(parse_price_file(read_text(Path(path), PriceError), str(path)), gpus, providers, finetunes)
         origins.append(str(path))
     return PriceCatalog(tuple(gpus.values()), tuple(providers.values()), tuple(origins), tuple(finetunes.values()))
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.validation import parse_yaml_mapping, validate
+from common.validation import parse_yaml_mapping, read_text, validate
 
 
 class EngineFile(BaseModel):
@@ -63,5 +63,5 @@ def load_engine_file(path: Path) -> EngineFile:
     """Parse and validate; errors name the file and the field."""
     if not path.is_file():
         raise ValueError(f"--engine-file {path}: no such file")
-    raw = parse_yaml_mapping(path.read_text(), str(path), ValueError, "a mapping with at least `engine:`")
+    raw = parse_yaml_mapping(read_text(path, ValueError), str(path), ValueError, "a mapping with at least `engine:`")
     return validate(EngineFile, raw, str(path), ValueError)

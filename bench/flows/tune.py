@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.run.rundir import Run, RunDirError, read_run
 from common.accuracy import Accuracy
-from common.validation import parse_yaml_mapping
+from common.validation import parse_yaml_mapping, read_text
 from loadgen.metrics import MAX_OUTSIDE_CORES
 
 TUNE_FILE = "tune.json"
@@ -61,7 +61,7 @@ def read_configs(path: Path) -> list[TuneConfig]:
     """A YAML file: `configs:` a list of mappings of engine arguments (an optional `name` each)."""
     if not path.is_file():
         raise TuneError(f"--configs {path}: no such file")
-    raw = parse_yaml_mapping(path.read_text(), str(path), TuneError, "a mapping with a `configs:` list")
+    raw = parse_yaml_mapping(read_text(path, TuneError), str(path), TuneError, "a mapping with a `configs:` list")
     rows = raw.get("configs")
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and r for r in rows):
         raise TuneError(f"{path}: expected `configs:` a non-empty list of mappings of engine arguments, e.g. "

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from common.validation import parse_yaml_mapping, validate
+from common.validation import parse_yaml_mapping, read_text, validate
 from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.types import SLO
 from loadgen.workload import Workload
@@ -143,7 +143,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ScenarioError(f"--scenario {name_or_path}: no such file")
-        text, origin, directory = path.read_text(), str(path), path.parent
+        text, origin, directory = read_text(path, ScenarioError), str(path), path.parent
     elif name_or_path in shipped_scenarios():
         shipped = resources.files("scenarios") / f"{name_or_path}.yaml"
         text, origin, directory = shipped.read_text(), f"scenarios/{name_or_path}.yaml", Path(str(shipped)).parent
