@@ -12,7 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen.replay.formats import DatasetError, read_dataset
-from tests.fuzz.mutations import FUZZ, Mutation, byte_mutations, mutations, outcome, to_json, to_json_lines, write
+from tests.fuzz.mutations import (
+    CASES,
+    FUZZ,
+    Mutation,
+    byte_mutations,
+    mutations,
+    outcome,
+    to_json,
+    to_json_lines,
+    write,
+)
 
 DATA = Path(__file__).parents[2] / "scenarios" / "data"
 JSON_LINES = {"prompts.jsonl": "jsonl", "quality.jsonl": "jsonl", "trace.mooncake.jsonl": "mooncake"}
@@ -86,3 +96,26 @@ def test_dataset_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Pat
     path = write(fuzz_dir, name, data.draw(byte_mutations(raw)), "datasets: bytes")
     format = JSON_LINES.get(name) or ("sharegpt" if name.endswith(".json") else "azure")
     _read("datasets: bytes", path, format)
+
+
+@settings(FUZZ, max_examples=150)
+@given(st.sampled_from(["prompts.jsonl", "trace.mooncake.jsonl", "quality.jsonl", "conversations.sharegpt.json"]),
+       st.data())
+def test_bench_sweep_given_a_mutated_dataset_says_one_line(fuzz_dir: Path, cli, name: str,
+                                                           data: st.DataObject) -> None:
+    """`bench sweep --dataset FILE` reads and prepares the dataset before anything starts: a mutated one ends the
+    command with one line of error naming the file (or, read, with the next refusal: `--workers 0`), never a
+    traceback."""
+    test = "datasets: bench sweep"
+    sample = SHAREGPT if name.endswith(".json") else EVAL_HEAD if name == "quality.jsonl" else SAMPLES[name]
+    mutation = data.draw(mutations(sample))
+    rows = mutation.document
+    text = to_json(rows) if name.endswith(".json") or not isinstance(rows, list) else to_json_lines(rows)
+    path = write(fuzz_dir, name, text, test)
+    result = cli("sweep", "--dataset", str(path), "--workers", "0", "--out", str(fuzz_dir / "runs"))
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    said = result.output.strip()
+    assert result.exit_code == 2 and said.startswith("error:") and "\n" not in said, said[:500]
+    read = "--workers 0" in said
+    assert read or path.name in said, said[:300]
+    CASES[(test, "read" if read else "refused")] += 1

@@ -11,7 +11,17 @@ from hypothesis import strategies as st
 
 from loadgen.replay.formats import DatasetError
 from loadgen.sessions.formats import read_sessions
-from tests.fuzz.mutations import FUZZ, Mutation, byte_mutations, mutations, outcome, to_json, to_json_lines, write
+from tests.fuzz.mutations import (
+    CASES,
+    FUZZ,
+    Mutation,
+    byte_mutations,
+    mutations,
+    outcome,
+    to_json,
+    to_json_lines,
+    write,
+)
 
 DATA = Path(__file__).parents[2] / "scenarios" / "data"
 FORMATS = {"agent.weka.jsonl": "weka", "agent.tracelab.jsonl": "tracelab", "agent.otel.json": "otel"}
@@ -82,3 +92,24 @@ def test_session_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Pat
     """Any shipped session trace cut, flipped, with garbage or bad UTF-8 inserted: read, or refused naming the file."""
     path = write(fuzz_dir, name, data.draw(byte_mutations((DATA / name).read_bytes())), "sessions: bytes")
     _read("sessions: bytes", path, FORMATS[name])
+
+
+@settings(FUZZ, max_examples=100)
+@given(st.sampled_from(list(FORMATS)), st.data())
+def test_bench_sweep_given_a_mutated_session_trace_says_one_line(fuzz_dir: Path, cli, name: str,
+                                                                 data: st.DataObject) -> None:
+    """`bench sweep --dataset TRACE` reads the sessions before anything starts: a mutated trace ends the command
+    with one line of error naming the file (or, read, with the next refusal: `--workers 0`), never a traceback."""
+    test = "sessions: bench sweep"
+    mutation = data.draw(mutations({"agent.weka.jsonl": WEKA, "agent.tracelab.jsonl": TRACELAB}.get(name, OTEL)))
+    rows = mutation.document
+    text = to_json_lines(rows) if name.endswith(".jsonl") and isinstance(rows, list) else to_json(rows)
+    path = write(fuzz_dir, name, text, test)
+    result = cli("sweep", "--dataset", str(path), "--dataset-format", FORMATS[name], "--concurrency", "1",
+                 "--workers", "0", "--out", str(fuzz_dir / "runs"))
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    said = result.output.strip()
+    assert result.exit_code == 2 and said.startswith("error:") and "\n" not in said, said[:500]
+    read = "--workers 0" in said
+    assert read or path.name in said, said[:300]
+    CASES[(test, "read" if read else "refused")] += 1
