@@ -11,6 +11,7 @@ engine around the adapter.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,8 @@ def read_adapter_config(path: Path, max_rank: int = DEFAULT_MAX_LORA_RANK) -> di
         raw = json.loads(file.read_text())
     except ValueError as exc:
         raise AdapterError(f"adapter {file}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise AdapterError(f"adapter {file}: not valid JSON (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise AdapterError(f"adapter {file}: expected a JSON object")
 
@@ -75,7 +78,7 @@ def read_adapter_config(path: Path, max_rank: int = DEFAULT_MAX_LORA_RANK) -> di
         raise AdapterError(f"adapter {file}: r is {rank}, over --max-lora-rank {max_rank}; start the engine with "
                            f"--max-lora-rank {rank} or more")
     alpha = raw.get("lora_alpha", rank)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or alpha <= 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < math.inf:
         raise bad("lora_alpha", "a number > 0")
     targets = raw.get("target_modules")
     if targets == "all-linear":
@@ -124,18 +127,18 @@ def load_adapter(
                                f"layer's {', '.join(LORA_TARGETS)}")
         layer, target, kind = int(match.group(1)), match.group(2), match.group(3)
         if target not in targets or layer >= config.num_layers:
-            raise AdapterError(f"adapter {name}: tensor {tensor_name!r} is outside target_modules {list(targets)} "
-                               f"or the base model's {config.num_layers} layers")
+            raise AdapterError(f"adapter {name}: {weights_file}: tensor {tensor_name!r} is outside target_modules "
+                               f"{list(targets)} or the base model's {config.num_layers} layers")
         _, start, end, in_features = rows[target]
         shape = (rank, in_features) if kind == "A" else (end - start, rank)
         if tuple(tensor.shape) != shape:
-            raise AdapterError(f"adapter {name}: tensor {tensor_name!r} has shape {tuple(tensor.shape)}, expected "
-                               f"{shape} for r={rank} on this base model")
+            raise AdapterError(f"adapter {name}: {weights_file}: tensor {tensor_name!r} has shape "
+                               f"{tuple(tensor.shape)}, expected {shape} for r={rank} on this base model")
         pairs.setdefault((layer, target), {})[kind] = tensor
     for (layer, target), pair in pairs.items():
         if set(pair) != {"A", "B"}:
             missing = ({"A", "B"} - set(pair)).pop()
-            raise AdapterError(f"adapter {name}: layer {layer} {target} has no lora_{missing} tensor")
+            raise AdapterError(f"adapter {name}: {weights_file}: layer {layer} {target} has no lora_{missing} tensor")
     if not pairs:
         raise AdapterError(f"adapter {name}: {weights_file} holds no LoRA tensors")
     layers = tuple(

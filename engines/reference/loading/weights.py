@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import mmap
+import os
 import re
 import struct
 from collections.abc import Iterable, Iterator
@@ -233,21 +235,55 @@ def hf_model_config(raw: dict) -> ModelConfig:
 
 
 def read_safetensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of one .safetensors file, as views of a private memory map."""
+    """(name, tensor) pairs of one .safetensors file, as views of a private memory map. A header that does not
+    describe the file (its length, a tensor's dtype, shape or bytes) is a ValueError naming the file and tensor."""
     with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size < 8:
+            raise ValueError(f"{path}: {size} bytes, too short for a safetensors header")
         buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     header_len = struct.unpack("<Q", buffer[:8])[0]
-    header = json.loads(buffer[8 : 8 + header_len])
+    if header_len > size - 8:
+        raise ValueError(f"{path}: the header's length ({header_len} bytes) runs past the file's end")
+    try:
+        header = json.loads(buffer[8 : 8 + header_len])
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: the header is not JSON ({type(exc).__name__})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the header is not a JSON object of tensors")
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] not in _SAFETENSORS_DTYPES:
-            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, accepted {list(_SAFETENSORS_DTYPES)}")
-        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-        start, end = info["data_offsets"]
-        count = (end - start) // dtype.itemsize
-        tensor = torch.frombuffer(buffer, dtype=dtype, count=count, offset=8 + header_len + start)
-        yield name, tensor.view(info["shape"])
+        dtype, shape, start = _tensor_entry(path, name, info, size - 8 - header_len)
+        if not math.prod(shape):
+            yield name, torch.empty(shape, dtype=dtype)
+            continue
+        tensor = torch.frombuffer(buffer, dtype=dtype, count=math.prod(shape), offset=8 + header_len + start)
+        yield name, tensor.view(shape)
+
+
+def _tensor_entry(path: str | Path, name: str, info: object, data_bytes: int) -> tuple[torch.dtype, list[int], int]:
+    """A header entry's dtype, shape and first byte, checked against the data it claims."""
+    where = f"{path}: tensor {name}"
+    if not isinstance(info, dict):
+        raise ValueError(f"{where}: expected an object with dtype, shape and data_offsets")
+    dtype = _SAFETENSORS_DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+    if dtype is None:
+        raise ValueError(f"{where} has dtype {info.get('dtype')!r:.40}, accepted {list(_SAFETENSORS_DTYPES)}")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise ValueError(f"{where}: shape {shape!r:.60} is not a list of sizes >= 0")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)
+            and offsets[0] <= offsets[1] <= data_bytes):
+        raise ValueError(f"{where}: data_offsets {offsets!r:.60} are not [start, end] within its {data_bytes} bytes")
+    if offsets[1] - offsets[0] != math.prod(shape) * dtype.itemsize:
+        raise ValueError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes; shape {shape} of "
+                         f"{info['dtype']} is {math.prod(shape) * dtype.itemsize}")
+    return dtype, shape, offsets[0]
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def load_safetensors_dir(
