@@ -47,7 +47,7 @@ fi
 if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
-default="not cuda and not vllm and not openwebui and not ray and not lmeval and not peers"  # what addopts in pyproject.toml leaves out, too
+default="not cuda and not vllm and not openwebui and not ray and not lmeval and not peers and not schemathesis"  # what addopts in pyproject.toml leaves out, too
 status=0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 \
     -m "$default and not serial" || status=$?
