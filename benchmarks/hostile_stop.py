@@ -19,6 +19,7 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +59,12 @@ async def measure(url: str, tokens: int, neighbour: dict | None, warm_chunks: in
         else:
             started = asyncio.Event()
             other = asyncio.create_task(stream_gaps_s(session, url, neighbour, started, warm_chunks))
-            await started.wait()
+            waiting = asyncio.create_task(started.wait())
+            await asyncio.wait({other, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if not started.is_set():  # the neighbour failed or ended first: say why
+                waiting.cancel()
+                other.result()
+                raise SystemExit(f"the neighbour stream ended before {warm_chunks} chunks")
             gaps = await stream_gaps_s(session, url, body)
             other.cancel()  # the connection closes: the server aborts it
             await asyncio.gather(other, return_exceptions=True)
@@ -72,6 +78,8 @@ def start_engine(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     assert child.stdout is not None
     for line in child.stdout:
         if "ready on" in line:
+            # its later lines read on and dropped, so a full pipe never stops the engine
+            threading.Thread(target=child.stdout.read, daemon=True).start()
             return child, line.rsplit(" ", 1)[1].strip()
     raise SystemExit(f"the engine did not start: {child.wait()}")
 
@@ -87,7 +95,7 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--source", type=Path, default=ROOT, help="the checkout the engine is run from")
     args = parser.parse_args()
-    long = args.max_model_len - 64  # the neighbour outlasts the measured stream
+    long = args.max_model_len // 2  # the neighbour outlasts the measured stream, and its prompt fits beside it
     benign = {"prompt": PROMPT, "max_tokens": long, "ignore_eos": True, "temperature": 0}
     hostile = {**benign, "stop": hostile_stops(args.stop_strings, args.stop_chars)}
     settings = {"a alone": None, "b beside benign": benign, "c beside hostile": hostile}
