@@ -1,5 +1,8 @@
 """Read a GGUF file: metadata values, the Llama ModelConfig, and tensors under Hugging Face names.
 
+Every error names the file. What the metadata says of the shape is checked against the tensors the file holds
+before anything is allocated: a header that claims 2^32 hidden units is refused, not obeyed.
+
 Contract: `gguf_hf_tensors` yields (hf_name, float32 tensor) pairs equal to what the Hugging Face
 checkpoint held: quantized tensors are dequantized with `gguf.quants.dequantize`, and the Q/K projection
 rows that llama.cpp's converter permuted for its rope layout are put back in Hugging Face's order.
@@ -9,6 +12,7 @@ This module does not know the model class; `weights.py` copies the tensors into 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +53,16 @@ def open_gguf(path: str | Path) -> gguf.GGUFReader:
     modification time does not fool it)."""
     resolved = Path(path).resolve()
     stat = resolved.stat()
-    return _parsed_gguf(resolved, (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
+    try:
+        return _parsed_gguf(resolved, (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns))
+    except Exception as exc:  # gguf-py parses with numpy views, and raises whatever they raise on a corrupt file
+        why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        raise ValueError(f"{path}: not a GGUF file gguf-py can parse ({why})") from None
+
+
+def gguf_origin(reader: gguf.GGUFReader) -> str:
+    """The file a reader parsed, for errors."""
+    return str(getattr(reader.data, "filename", None) or "GGUF file")
 
 
 @functools.lru_cache(maxsize=2)
@@ -73,46 +86,101 @@ def gguf_field(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
 
 
 def gguf_model_config(reader: gguf.GGUFReader) -> ModelConfig:
-    """ModelConfig from the `<arch>.*` metadata; tied embeddings when the file has no output.weight."""
+    """ModelConfig from the `<arch>.*` metadata, checked against the tensors' shapes; tied embeddings when the file
+    has no output.weight."""
+    origin = gguf_origin(reader)
     arch = gguf_field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"GGUF general.architecture {arch!r} is not supported (accepted: {SUPPORTED_ARCHITECTURES})")
+        raise ValueError(f"{origin}: GGUF general.architecture {str(arch)[:60]!r} is not supported (accepted: "
+                         f"{SUPPORTED_ARCHITECTURES})")
+    metadata = _Metadata(reader, origin, arch)
+    num_heads = metadata.count("attention.head_count")
+    hidden = metadata.count("embedding_length")
+    tensors = {t.name: t for t in reader.tensors}
+    embeddings = tensors.get("token_embd.weight")
+    if embeddings is None:
+        raise ValueError(f"{origin}: no tensor token_embd.weight (the token embeddings)")
+    tokens = gguf_field(reader, "tokenizer.ggml.tokens")
+    vocab = metadata.count("vocab_size", len(tokens) if isinstance(tokens, list) and tokens else
+                           int(embeddings.shape[-1]))
+    try:
+        config = ModelConfig(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=metadata.count("feed_forward_length"),
+            num_layers=metadata.count("block_count"), num_heads=num_heads,
+            num_kv_heads=metadata.count("attention.head_count_kv", num_heads),
+            head_dim=metadata.count("attention.key_length", max(hidden // num_heads, 1)),
+            rope_theta=metadata.positive("rope.freq_base", 10000.0),
+            rms_norm_eps=metadata.positive("attention.layer_norm_rms_epsilon", 1e-5),
+            max_position_embeddings=metadata.count("context_length", 2048),
+            tie_word_embeddings="output.weight" not in tensors)
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from None
+    _check_tensors(tensors, config, origin, arch)
+    return config
 
-    def get(key: str, default: Any = None) -> Any:
-        value = gguf_field(reader, f"{arch}.{key}", default)
+
+class _Metadata:
+    """The `<arch>.*` values, each checked for its kind; errors name the file and the key."""
+
+    MAX_COUNT = 2**31 - 1  # no dimension, layer count or context length of a model comes near
+
+    def __init__(self, reader: gguf.GGUFReader, origin: str, arch: str) -> None:
+        self.reader, self.origin, self.arch = reader, origin, arch
+
+    def _value(self, key: str, default: Any) -> Any:
+        value = gguf_field(self.reader, f"{self.arch}.{key}", default)
         if value is None:
-            raise ValueError(f"GGUF metadata lacks {arch}.{key}")
+            raise ValueError(f"{self.origin}: GGUF metadata lacks {self.arch}.{key}")
         return value
 
-    num_heads = int(get("attention.head_count"))
-    hidden = int(get("embedding_length"))
-    num_kv_heads = _single(get("attention.head_count_kv", num_heads), "attention.head_count_kv")
-    tokens = gguf_field(reader, "tokenizer.ggml.tokens")
-    vocab = gguf_field(reader, f"{arch}.vocab_size") or (len(tokens) if tokens else None)
-    if vocab is None:
-        vocab = next(t.shape[-1] for t in reader.tensors if t.name == "token_embd.weight")
-    tensor_names = {t.name for t in reader.tensors}
-    return ModelConfig(
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        intermediate_size=int(get("feed_forward_length")),
-        num_layers=int(get("block_count")),
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=int(get("attention.key_length", hidden // num_heads)),
-        rope_theta=float(get("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position_embeddings=int(get("context_length", 2048)),
-        tie_word_embeddings="output.weight" not in tensor_names,
-    )
+    def count(self, key: str, default: Any = None) -> int:
+        value = self._value(key, default)
+        if isinstance(value, list) and value and len(set(map(repr, value))) == 1:  # one value per layer, all equal
+            value = value[0]
+        if isinstance(value, list) and value:
+            raise ValueError(f"{self.origin}: GGUF {self.arch}.{key} varies per layer; not supported")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.MAX_COUNT:
+            raise ValueError(f"{self.origin}: GGUF {self.arch}.{key} is {str(value)[:40]!r}; expected a whole number "
+                             f"from 1 to {self.MAX_COUNT}")
+        return value
+
+    def positive(self, key: str, default: float) -> float:
+        value = self._value(key, default)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
+            raise ValueError(f"{self.origin}: GGUF {self.arch}.{key} is {str(value)[:40]!r}; expected a number > 0")
+        return float(value)
 
 
-def _single(value: int | list[int], key: str) -> int:
-    if isinstance(value, list):
-        if len(set(value)) != 1:
-            raise ValueError(f"GGUF {key} varies per layer ({sorted(set(value))}); not supported")
-        return int(value[0])
-    return int(value)
+def _check_tensors(tensors: dict[str, gguf.ReaderTensor], config: ModelConfig, origin: str, arch: str) -> None:
+    """Each tensor the model uses has the shape the metadata implies and all its bytes, and every layer the
+    metadata counts is there: what the model allocates is bounded by what the file holds."""
+    last = f"blk.{config.num_layers - 1}.attn_q.weight"
+    if last not in tensors:
+        raise ValueError(f"{origin}: {arch}.block_count is {config.num_layers}, but there is no tensor {last}")
+    shapes = _gguf_shapes(config)
+    for name, tensor in tensors.items():
+        match = _LAYER_RE.fullmatch(name)
+        if match is not None and int(match.group(1)) >= config.num_layers:
+            raise ValueError(f"{origin}: tensor {name} is past {arch}.block_count ({config.num_layers})")
+        expected = shapes.get(match.group(2) if match is not None else name.removesuffix(".weight"))
+        if expected is None:  # a tensor the model does not use (rope_freqs, ...)
+            continue
+        shape = tuple(reversed([int(d) for d in tensor.shape]))
+        if shape != expected:
+            raise ValueError(f"{origin}: tensor {name} has shape {shape}; the {arch}.* metadata implies {expected}")
+        if int(tensor.data.nbytes) != int(tensor.n_bytes):
+            raise ValueError(f"{origin}: tensor {name} runs past the file's end")
+
+
+def _gguf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """A GGUF tensor's kind (`token_embd`, a layer's `attn_q`) -> the shape (outer dimension first) the config
+    gives it."""
+    hidden, inter, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    return {"token_embd": (vocab, hidden), "output": (vocab, hidden), "output_norm": (hidden,),
+            "attn_norm": (hidden,), "ffn_norm": (hidden,), "attn_q": (q, hidden), "attn_k": (kv, hidden),
+            "attn_v": (kv, hidden), "attn_output": (hidden, q), "ffn_gate": (inter, hidden),
+            "ffn_up": (inter, hidden), "ffn_down": (hidden, inter)}
 
 
 def dequantize_tensor(tensor: gguf.ReaderTensor) -> torch.Tensor:
@@ -149,11 +217,14 @@ def gguf_hf_tensors(reader: gguf.GGUFReader, config: ModelConfig) -> Iterator[tu
         name = hf_name(tensor.name)
         if name is None:
             continue
-        weight = dequantize_tensor(tensor)
-        if name.endswith("q_proj.weight"):
-            weight = unpermute_rope_rows(weight, config.num_heads)
-        elif name.endswith("k_proj.weight"):
-            weight = unpermute_rope_rows(weight, config.num_kv_heads)
+        try:
+            weight = dequantize_tensor(tensor)
+            if name.endswith("q_proj.weight"):
+                weight = unpermute_rope_rows(weight, config.num_heads)
+            elif name.endswith("k_proj.weight"):
+                weight = unpermute_rope_rows(weight, config.num_kv_heads)
+        except (ValueError, RuntimeError) as exc:  # an odd head size can't be un-permuted
+            raise ValueError(f"{gguf_origin(reader)}: tensor {tensor.name}: {exc}") from None
         yield name, weight
 
 

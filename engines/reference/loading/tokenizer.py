@@ -24,7 +24,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
-from engines.reference.loading.gguf_file import gguf_field, open_gguf
+from engines.reference.loading.gguf_file import gguf_field, gguf_origin, open_gguf
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -64,36 +64,30 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, source: str | Path | gguf.GGUFReader) -> Tokenizer:
+        """The `tokenizer.ggml.*` metadata's tokenizer; each value checked, errors naming the file and the key."""
         reader = source if isinstance(source, gguf.GGUFReader) else open_gguf(source)
-        kind = gguf_field(reader, "tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(
-                f"GGUF tokenizer.ggml.model {kind!r} is not supported (accepted: 'gpt2' byte-level "
-                "BPE); load the model from a directory with tokenizer.json instead"
-            )
-        tokens: list[str] = gguf_field(reader, "tokenizer.ggml.tokens")
-        types = gguf_field(reader, "tokenizer.ggml.token_type", [gguf.TokenType.NORMAL] * len(tokens))
-        merges = [tuple(m.split(" ", 1)) for m in gguf_field(reader, "tokenizer.ggml.merges", [])]
-        backend = Backend(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-        backend.pre_tokenizer = _pre_tokenizer(gguf_field(reader, "tokenizer.ggml.pre"))
+        vocabulary = _GgufVocabulary(reader)
+        try:
+            backend = Backend(models.BPE(vocab={t: i for i, t in enumerate(vocabulary.tokens)},
+                                        merges=vocabulary.merges))
+        except Exception as exc:  # the tokenizers library's own error, e.g. a merge of tokens not in the vocabulary
+            raise vocabulary.error("tokenizer.ggml.merges", f"not a BPE of these tokens ({str(exc)[:120]})") from None
+        backend.pre_tokenizer = _pre_tokenizer(vocabulary.text("tokenizer.ggml.pre"))
         backend.decoder = decoders.ByteLevel()
         specials = [
-            AddedToken(tokens[i], special=True, normalized=False)
-            for i, kind_id in enumerate(types)
+            AddedToken(vocabulary.tokens[i], special=True, normalized=False)
+            for i, kind_id in enumerate(vocabulary.types)
             if kind_id in _SPECIAL_TYPES
         ]
         backend.add_special_tokens(specials)
-        eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
-        stops = [
-            eos,
-            gguf_field(reader, "tokenizer.ggml.eot_token_id"),
-            gguf_field(reader, "tokenizer.ggml.eom_token_id"),
-        ]
+        eos = vocabulary.token_id("tokenizer.ggml.eos_token_id")
+        stops = [eos, vocabulary.token_id("tokenizer.ggml.eot_token_id"),
+                 vocabulary.token_id("tokenizer.ggml.eom_token_id")]
         return cls(
             backend=backend,
-            bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+            bos_token_id=vocabulary.token_id("tokenizer.ggml.bos_token_id"),
             eos_token_id=eos,
-            chat_template=gguf_field(reader, "tokenizer.chat_template"),
+            chat_template=vocabulary.template(),
             add_bos_token=bool(gguf_field(reader, "tokenizer.ggml.add_bos_token", False)),
             stop_token_ids=tuple(dict.fromkeys(s for s in stops if s is not None)),
         )
@@ -146,6 +140,63 @@ class Tokenizer:
             eos_token=self.token_text(self.eos_token_id),
             **kwargs,
         )
+
+
+class _GgufVocabulary:
+    """A GGUF file's `tokenizer.ggml.*` values, each checked for its kind: byte-level BPE tokens (strings), as many
+    token types (numbers), merges ("a b"), token ids within the vocabulary, a chat template that compiles."""
+
+    def __init__(self, reader: gguf.GGUFReader) -> None:
+        self.reader, self.origin = reader, gguf_origin(reader)
+        kind = gguf_field(reader, "tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise self.error("tokenizer.ggml.model", f"{str(kind)[:40]!r} is not supported (accepted: 'gpt2' "
+                             "byte-level BPE); load the model from a directory with tokenizer.json instead")
+        self.tokens: list[str] = self._list("tokenizer.ggml.tokens", str, "strings", None)
+        if not self.tokens:
+            raise self.error("tokenizer.ggml.tokens", "missing or empty; expected the vocabulary's tokens")
+        self.types: list[int] = self._list("tokenizer.ggml.token_type", int, "numbers",
+                                           [gguf.TokenType.NORMAL] * len(self.tokens))
+        if len(self.types) != len(self.tokens):
+            raise self.error("tokenizer.ggml.token_type",
+                             f"has {len(self.types)} entries for {len(self.tokens)} tokens")
+        merges: list[str] = self._list("tokenizer.ggml.merges", str, "strings", [])
+        if not all(" " in m for m in merges):
+            raise self.error("tokenizer.ggml.merges", "expected merges written 'left right'")
+        self.merges = [tuple(m.split(" ", 1)) for m in merges]
+
+    def error(self, key: str, problem: str) -> ValueError:
+        return ValueError(f"{self.origin}: GGUF {key} {problem}")
+
+    def _list(self, key: str, kind: type, said: str, default: list[Any] | None) -> list[Any]:
+        value = gguf_field(self.reader, key, default)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+            raise self.error(key, f"is {str(value)[:40]!r}; expected a list of {said}")
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = gguf_field(self.reader, key)
+        if value is not None and not isinstance(value, str):
+            raise self.error(key, f"is {str(value)[:40]!r}; expected a string")
+        return value
+
+    def token_id(self, key: str) -> int | None:
+        value = gguf_field(self.reader, key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or not 0 <= value < len(self.tokens)):
+            raise self.error(key, f"is {str(value)[:40]!r}; expected a token id below {len(self.tokens)}")
+        return value
+
+    def template(self) -> str | None:
+        template = self.text("tokenizer.chat_template")
+        if template is not None:
+            try:
+                _compile(template)
+            except jinja2.TemplateError as exc:
+                raise self.error("tokenizer.chat_template", f"is not a template jinja2 compiles ({exc})") from None
+        return template
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -24,7 +24,13 @@ import torch
 
 from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig, RopeScaling
 from engines.reference.core.quant import WEIGHT_FORMATS, QuantizedWeight, kernels_available
-from engines.reference.loading.gguf_file import gguf_hf_tensors, gguf_model_config, gguf_weight_types, open_gguf
+from engines.reference.loading.gguf_file import (
+    gguf_hf_tensors,
+    gguf_model_config,
+    gguf_origin,
+    gguf_weight_types,
+    open_gguf,
+)
 from engines.reference.loading.tokenizer import Tokenizer
 
 _LLAMA3_ROPE = RopeScaling(
@@ -195,7 +201,11 @@ def load_gguf(
     reader = reader if reader is not None else open_gguf(path)
     config = gguf_model_config(reader)
     model = LlamaModel(config, dtype=dtype, device=device)
-    load_hf_weights(model, gguf_hf_tensors(reader, config))
+    try:
+        load_hf_weights(model, gguf_hf_tensors(reader, config))
+    except ValueError as exc:  # a weight missing or unexpected: the file named (once)
+        origin = gguf_origin(reader)
+        raise ValueError(str(exc) if str(exc).startswith(origin) else f"{origin}: {exc}") from None
     return model.eval()
 
 
