@@ -24,6 +24,7 @@ from bench.imports.common import (
     ImportedLevel,
     ImportFileError,
     aggregate_summary,
+    is_count,
     is_number,
     latency,
     load_json,
@@ -146,9 +147,9 @@ def _load(config: dict[str, Any], where: str) -> tuple[str, float, str]:
     if isinstance(loadgen, dict):
         concurrency, rate = loadgen.get("concurrency"), loadgen.get("request_rate")
         if is_number(rate) and rate > 0:
-            capped = f", at most {concurrency} in flight" if isinstance(concurrency, int) else ""
+            capped = f", at most {concurrency} in flight" if is_count(concurrency, 1) else ""
             return "rate", float(rate), f"{rate:g} requests/s{capped}"
-        if isinstance(concurrency, int) and concurrency >= 1:
+        if is_count(concurrency, 1):
             return "concurrency", float(concurrency), f"{concurrency} requests at once"
         raise ImportFileError(f"{where}.loadgen: neither concurrency ({shown(concurrency)}) nor request_rate "
                               f"({shown(rate)}) names a load; expected a concurrency >= 1 or a request_rate > 0")
@@ -167,14 +168,14 @@ def _load(config: dict[str, Any], where: str) -> tuple[str, float, str]:
     at = f"{where}.phases[{index}]"
     if kind == "concurrency":
         users = concurrency if concurrency is not None else 1  # aiperf's default
-        if not isinstance(users, int) or users < 1:
+        if not is_count(users, 1):
             raise ImportFileError(f"{at}.concurrency is {shown(concurrency)}; expected a count >= 1")
         return "concurrency", float(users), f"concurrency: {users} requests at once"
     if kind in RATE_PHASES:
         if not is_number(rate) or rate <= 0:
             raise ImportFileError(f"{at}.rate is {shown(rate)}; a {kind} phase at a scalar requests/s > 0 is "
                                   "what a level can be (a rate series is not)")
-        capped = f", at most {concurrency} in flight" if isinstance(concurrency, int) else ""
+        capped = f", at most {concurrency} in flight" if is_count(concurrency, 1) else ""
         return "rate", float(rate), f"{kind}: {rate:g} requests/s{capped}"
     if kind == "fixed_schedule":
         return "trace", 1.0, "fixed_schedule: replayed at its timestamps"

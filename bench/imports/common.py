@@ -69,13 +69,19 @@ def shown(value: Any) -> str:
 
 
 def is_count(value: Any, minimum: int = 0) -> TypeGuard[int]:
-    """A whole number >= minimum (JSON's true is not 1)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    """A whole number >= minimum (JSON's true is not 1), and no more than a float holds exactly."""
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= 2**53
 
 
 def is_number(value: Any) -> TypeGuard[int | float]:
-    """A finite number (Python's JSON reader takes NaN and Infinity, which no figure is)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number (Python's JSON reader takes NaN and Infinity, which no figure is, and whole numbers past
+    any float's range)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int of 309 digits and more
+        return False
 
 
 @dataclass(frozen=True)

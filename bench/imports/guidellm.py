@@ -25,6 +25,7 @@ from bench.imports.common import (
     ImportedLevel,
     ImportFileError,
     aggregate_summary,
+    is_count,
     is_number,
     latency,
     load_json,
@@ -66,7 +67,7 @@ def _level(benchmark: Any, where: str, file_name: str, version: str | None) -> I
     counts = {}
     for status in ("successful", "errored", "incomplete"):
         value = totals.get(status)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_count(value):
             raise ImportFileError(f"{where}.metrics.request_totals.{status} is {shown(value)}; expected a count")
         counts[status] = value
     concurrency = _successful(metrics, "request_concurrency", where, status="total")
@@ -105,16 +106,16 @@ def _level(benchmark: Any, where: str, file_name: str, version: str | None) -> I
 def _load(strategy: dict[str, Any], where: str, mean_concurrency: float | None) -> tuple[str, float, str]:
     """The strategy as this toolkit's kind of load, its target, and how it was run."""
     kind, cap = strategy.get("type_"), strategy.get("max_concurrency")
-    capped = f", at most {cap} in flight" if isinstance(cap, int) else ""
+    capped = f", at most {cap} in flight" if is_count(cap, 1) else ""
     if kind == "synchronous":
         return "concurrency", 1.0, "synchronous: one request at a time"
     if kind == "concurrent":
         streams = strategy.get("streams")
-        if not isinstance(streams, int) or streams < 1:
+        if not is_count(streams, 1):
             raise ImportFileError(f"{where}.streams is {shown(streams)}; a concurrent strategy has a count >= 1")
         return "concurrency", float(streams), f"concurrent: {streams} stream{'s' if streams > 1 else ''}"
     if kind == "throughput":
-        if isinstance(cap, int) and cap >= 1:
+        if is_count(cap, 1):
             return "concurrency", float(cap), f"throughput: as fast as it could, at most {cap} in flight"
         if mean_concurrency is None or mean_concurrency < 0.5:
             raise ImportFileError(f"{where}: a throughput strategy without max_concurrency, and no "
