@@ -24,6 +24,9 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistan
                   "chatgpt": "assistant", "bing": "assistant", "model": "assistant", "system": "system"}
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# No request holds more tokens than this (2^24, past every model's context): a count beyond it is refused, not
+# turned into a prompt or a list of blocks that size.
+MAX_COUNT = 1 << 24
 
 
 class DatasetError(ValueError):
@@ -206,8 +209,8 @@ def _chat_messages(messages: Any, where: str) -> tuple[str | None, tuple[tuple[s
                                                                                    f"{where}: {field}.content")))
     answer = parsed.pop()[1] if parsed[-1][0] == "assistant" and len(parsed) > 1 else None
     if parsed[-1][0] != "user":
-        raise DatasetError(f"{where}: the last message must be the user's (or the user's, then the recorded "
-                           f"assistant answer); got role '{parsed[-1][0]}'")
+        raise DatasetError(f"{where}: field 'messages': the last message must be the user's (or the user's, then "
+                           f"the recorded assistant answer); got role '{parsed[-1][0]}'")
     system = parsed[0][1] if parsed[0][0] == "system" else None
     earlier = tuple(parsed[1 if system is not None else 0:-1])
     return system, earlier, Turn(parsed[-1][1], answer)
@@ -318,7 +321,7 @@ def _timestamp_s(value: str | None, where: str) -> float:
 
     try:
         return pd.Timestamp(text).value / 1e9
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # not a date, or one outside pandas' years 1677-2262
         raise DatasetError(f"{where}: TIMESTAMP {text!r} is neither seconds nor a date and time "
                            "(e.g. 2023-11-16 18:15:46.680)") from None
 
@@ -332,6 +335,8 @@ def _count(row: dict[str, Any], name: str, where: str) -> int:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         state = "missing" if value is None else f"{value!r}"
         raise DatasetError(f"{where}: field '{name}' must be a whole number >= 1 (got {state})")
+    if count > MAX_COUNT:
+        raise DatasetError(f"{where}: field '{name}' must be at most {MAX_COUNT:,} (got {count})")
     return count
 
 

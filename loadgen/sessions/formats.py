@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.replay.formats import DatasetError
+from loadgen.replay.formats import MAX_COUNT, DatasetError
 from loadgen.sessions.detect import SESSION_FORMATS, detect_session_format
 from loadgen.sessions.model import Agent, Call, SessionSet, SessionTrace
 
@@ -98,8 +98,8 @@ def _weka_session(obj: Any, where: str, block_tokens: int | None) -> SessionTrac
         raise DatasetError(f"{where}: field 'id' must be a string or a whole number")
     where = f"{where} (session {session_id})"
     block = obj.get("block_size", block_tokens or DEFAULT_BLOCK_TOKENS)
-    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
-        raise DatasetError(f"{where}: field 'block_size' must be a whole number >= 1")
+    if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= MAX_COUNT:
+        raise DatasetError(f"{where}: field 'block_size' must be a whole number from 1 to {MAX_COUNT:,}")
     main = Agent("main", _weka_items(obj.get("requests"), f"{where}: requests"))
     if not main.calls:
         raise DatasetError(f"{where}: field 'requests' holds no request of the main agent")
@@ -202,6 +202,8 @@ def _count(row: dict[str, Any], name: str, where: str, minimum: int = 1, default
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         state = "missing" if value is None else repr(value)
         raise DatasetError(f"{where}: field '{name}' must be a whole number >= {minimum} (got {state})")
+    if value > MAX_COUNT:  # a count of tokens becomes that many blocks: bounded before anything is built
+        raise DatasetError(f"{where}: field '{name}' must be at most {MAX_COUNT:,} (got {value})")
     return value
 
 

@@ -13,6 +13,7 @@ the example hypothesis found. Each test's cases are counted in `CASES` (read / r
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -25,9 +26,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 # derandomize: the same examples on every machine, so CI is reproducible; no example database written to disk.
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=False,
+# FUZZ_SCALE=10 runs ten times the examples, drawn afresh each run (not derandomized): a deeper search by hand.
+SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
+FUZZ = settings(deadline=None, derandomize=SCALE == 1, database=None, print_blob=SCALE != 1,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
+
+
+def fuzz(max_examples: int) -> settings:
+    """A test's settings: `max_examples` cases (times FUZZ_SCALE)."""
+    return settings(FUZZ, max_examples=max(1, round(max_examples * SCALE)))
 
 CASES: Counter[tuple[str, str]] = Counter()  # (test, "read" | "refused") -> how many
 

@@ -8,15 +8,15 @@ import io
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.replay.formats import DatasetError, read_dataset
 from tests.fuzz.mutations import (
     CASES,
-    FUZZ,
     Mutation,
     byte_mutations,
+    fuzz,
     mutations,
     outcome,
     to_json,
@@ -45,7 +45,7 @@ def _read(test: str, path: Path, format: str | None, mutation: Mutation | None =
         outcome(test, lambda: read_dataset(path, format), DatasetError, path, mutation)  # type: ignore[arg-type]
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.sampled_from(["prompts.jsonl", "trace.mooncake.jsonl", "quality.jsonl"]), st.data())
 def test_json_lines_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir: Path, name: str,
                                                                       data: st.DataObject) -> None:
@@ -59,7 +59,7 @@ def test_json_lines_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir: 
     _read(test, path, JSON_LINES[name], mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.data())
 def test_sharegpt_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: Path, data: st.DataObject) -> None:
     """ShareGPT conversations with one value, key or list changed anywhere: read, or refused naming the file."""
@@ -69,7 +69,7 @@ def test_sharegpt_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: Pat
     _read(test, path, "sharegpt", mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.data())
 def test_azure_trace_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: Path, data: st.DataObject) -> None:
     """An Azure CSV trace with a cell, a row or the header changed: read, or refused naming the file."""
@@ -84,7 +84,7 @@ def test_azure_trace_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: 
     _read(test, path, "azure", mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.sampled_from(["prompts.jsonl", "trace.mooncake.jsonl", "conversations.sharegpt.json", "trace.azure.csv",
                         "quality.jsonl"]), st.data())
 def test_dataset_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Path, name: str,
@@ -98,7 +98,7 @@ def test_dataset_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Pat
     _read("datasets: bytes", path, format)
 
 
-@settings(FUZZ, max_examples=150)
+@fuzz(150)
 @given(st.sampled_from(["prompts.jsonl", "trace.mooncake.jsonl", "quality.jsonl", "conversations.sharegpt.json"]),
        st.data())
 def test_bench_sweep_given_a_mutated_dataset_says_one_line(fuzz_dir: Path, cli, name: str,

@@ -13,12 +13,12 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import pre_tokenizers
 
 from engines.reference.loading.weights import resolve_model, resolve_model_config
-from tests.fuzz.mutations import CASES, FUZZ, ODD_TEXT, byte_mutations, outcome, write
+from tests.fuzz.mutations import CASES, ODD_TEXT, byte_mutations, fuzz, outcome, write
 
 # Expected of mutated files: an unknown pre-tokenizer name is warned of and GPT-2's used; NaN weights dequantize.
 pytestmark = pytest.mark.filterwarnings("ignore:GGUF tokenizer.ggml.pre", "ignore::RuntimeWarning")
@@ -126,7 +126,7 @@ def _load(test: str, path: Path, key: str | None = None) -> None:
     outcome(test, load, ValueError, path)
 
 
-@settings(FUZZ, max_examples=200)
+@fuzz(200)
 @given(metadata_mutations())
 def test_gguf_metadata_mutated_is_loaded_or_refused_naming_file_and_key(fuzz_dir: Path,
                                                                          mutated: tuple[dict[str, Value], str, str]
@@ -149,7 +149,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, int]:
     return path.read_bytes(), gguf.GGUFReader(str(path)).data_offset
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.data())
 def test_gguf_header_bytes_mutated_are_loaded_or_refused_naming_the_file(fuzz_dir: Path, sample: tuple[bytes, int],
                                                                           data: st.DataObject) -> None:

@@ -10,12 +10,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.imports import ImportFileError, read_levels
 from tests.bench.test_import import aggregate_file, detailed_file
-from tests.fuzz.mutations import CASES, FUZZ, ODD_TEXT, byte_mutations, mutations, outcome, to_json, write
+from tests.fuzz.mutations import CASES, ODD_TEXT, byte_mutations, fuzz, mutations, outcome, to_json, write
 
 PEERS = Path(__file__).parents[1] / "bench" / "data" / "peers"
 
@@ -42,7 +42,7 @@ TOOLS = {"vllm-detailed.json": "vllm", "vllm-aggregate.json": "vllm", "guidellm.
          "aiperf.json": "aiperf"}
 
 
-@settings(FUZZ, max_examples=600)
+@fuzz(600)
 @given(st.sampled_from(list(SAMPLES)), st.data())
 def test_result_files_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir: Path, name: str,
                                                                         data: st.DataObject) -> None:
@@ -54,7 +54,7 @@ def test_result_files_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir
     outcome(test, lambda: read_levels(TOOLS[name], [path]), ImportFileError, path, mutation)
 
 
-@settings(FUZZ, max_examples=300)
+@fuzz(300)
 @given(st.sampled_from(list(SAMPLES)), st.data())
 def test_result_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Path, name: str,
                                                                   data: st.DataObject) -> None:
@@ -64,7 +64,7 @@ def test_result_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Path
     outcome(test, lambda: read_levels(TOOLS[name], [path]), ImportFileError, path)
 
 
-@settings(FUZZ, max_examples=150)
+@fuzz(150)
 @given(st.sampled_from(list(SAMPLES)), st.data())
 def test_bench_import_of_a_mutated_file_makes_a_run_or_says_one_line(fuzz_dir: Path, cli, name: str,
                                                                      data: st.DataObject) -> None:

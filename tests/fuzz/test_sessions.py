@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.replay.formats import DatasetError
 from loadgen.sessions.formats import read_sessions
 from tests.fuzz.mutations import (
     CASES,
-    FUZZ,
     Mutation,
     byte_mutations,
+    fuzz,
     mutations,
     outcome,
     to_json,
@@ -36,7 +37,7 @@ def _read(test: str, path: Path, format: str, mutation: Mutation | None = None) 
     outcome(test, lambda: read_sessions(path, format), DatasetError, path, mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.sampled_from(["agent.weka.jsonl", "agent.tracelab.jsonl"]), st.data())
 def test_session_lines_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir: Path, name: str,
                                                                          data: st.DataObject) -> None:
@@ -49,7 +50,7 @@ def test_session_lines_mutated_are_read_or_refused_naming_file_and_field(fuzz_di
     _read(test, path, FORMATS[name], mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.data())
 def test_otel_export_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: Path, data: st.DataObject) -> None:
     """An OTLP export with one value, key or list changed anywhere (a span, its times, its attributes, the
@@ -60,7 +61,7 @@ def test_otel_export_mutated_is_read_or_refused_naming_file_and_field(fuzz_dir: 
     _read(test, path, "otel", mutation)
 
 
-@settings(FUZZ, max_examples=300)
+@fuzz(300)
 @given(st.data())
 def test_weka_directory_mutated_is_read_or_refused_naming_the_file(fuzz_dir: Path, data: st.DataObject) -> None:
     """A directory of Weka sessions, a `.json` file each, one of them changed: read, or refused naming that file."""
@@ -85,7 +86,7 @@ def test_weka_directory_mutated_is_read_or_refused_naming_the_file(fuzz_dir: Pat
     outcome(test, lambda: read_sessions(folder), DatasetError, folder, mutation)
 
 
-@settings(FUZZ, max_examples=400)
+@fuzz(400)
 @given(st.sampled_from(list(FORMATS)), st.data())
 def test_session_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Path, name: str,
                                                                    data: st.DataObject) -> None:
@@ -94,7 +95,7 @@ def test_session_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Pat
     _read("sessions: bytes", path, FORMATS[name])
 
 
-@settings(FUZZ, max_examples=100)
+@fuzz(100)
 @given(st.sampled_from(list(FORMATS)), st.data())
 def test_bench_sweep_given_a_mutated_session_trace_says_one_line(fuzz_dir: Path, cli, name: str,
                                                                  data: st.DataObject) -> None:
@@ -113,3 +114,20 @@ def test_bench_sweep_given_a_mutated_session_trace_says_one_line(fuzz_dir: Path,
     read = "--workers 0" in said
     assert read or path.name in said, said[:300]
     CASES[(test, "read" if read else "refused")] += 1
+
+
+@pytest.mark.parametrize(("name", "line"), [
+    ("round.jsonl", {"session_id": "a", "round_index": 0, "input_tokens_total": 2**40, "prefix_tokens": 0,
+                     "output_tokens": 3, "tools": []}),
+    ("weka.jsonl", {"id": "s", "block_size": 2**40, "requests": [{"t": 0, "in": 5, "out": 4}]}),
+    ("weka-in.jsonl", {"id": "s", "requests": [{"t": 0, "in": 2**62, "out": 4}]}),
+])
+def test_a_count_past_any_context_is_refused_before_its_blocks_are_built(tmp_path: Path, name: str,
+                                                                         line: dict[str, object]) -> None:
+    """A TraceLab round of 2^40 tokens became 2^34 block ids held in memory (the fuzz run was killed at 22 GB): a
+    count past 2^24 is refused naming the field, before anything is built."""
+    path = tmp_path / name
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(DatasetError, match="must be .*at most 16,777,216|from 1 to 16,777,216") as caught:
+        read_sessions(path)
+    assert str(path) in str(caught.value)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.flows.tune import TuneError, read_configs
 from bench.inputs.scenario import ScenarioError, load_scenario
 from costmodel.prices import PriceError, load_catalog
 from engines.engine_file import load_engine_file
-from tests.fuzz.mutations import FUZZ, byte_mutations, mutations, outcome, to_yaml, write
+from tests.fuzz.mutations import byte_mutations, fuzz, mutations, outcome, to_yaml, write
 
 ROOT = Path(__file__).parents[2]
 SCENARIOS = {path.name: yaml.safe_load(path.read_text()) for path in sorted((ROOT / "scenarios").glob("*.yaml"))}
@@ -50,7 +50,7 @@ def _read(test: str, sample: str, path: Path, mutation: object = None) -> None:
         outcome(test, lambda: read_configs(path), TuneError, path, mutation)  # type: ignore[arg-type]
 
 
-@settings(FUZZ, max_examples=500)
+@fuzz(500)
 @given(st.sampled_from(list(SAMPLES)), st.data())
 def test_yaml_inputs_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir: Path, sample: str,
                                                                        data: st.DataObject) -> None:
@@ -62,7 +62,7 @@ def test_yaml_inputs_mutated_are_read_or_refused_naming_file_and_field(fuzz_dir:
     _read(test, sample, path, mutation)
 
 
-@settings(FUZZ, max_examples=300)
+@fuzz(300)
 @given(st.sampled_from(list(SAMPLES)), st.data())
 def test_yaml_bytes_mutated_are_read_or_refused_naming_the_file(fuzz_dir: Path, sample: str,
                                                                 data: st.DataObject) -> None:

@@ -11,8 +11,8 @@ engine around the adapter.
 from __future__ import annotations
 
 import json
-import math
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ def read_adapter_config(path: Path, max_rank: int = DEFAULT_MAX_LORA_RANK) -> di
         raise AdapterError(f"adapter {file}: r is {rank}, over --max-lora-rank {max_rank}; start the engine with "
                            f"--max-lora-rank {rank} or more")
     alpha = raw.get("lora_alpha", rank)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < math.inf:
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= sys.float_info.max:
         raise bad("lora_alpha", "a number > 0")
     targets = raw.get("target_modules")
     if targets == "all-linear":
