@@ -337,3 +337,27 @@ def test_a_squatted_ui_port_is_refused_before_bench_signs_in_there(standin_ui, s
                 pytest.fail("bench used a UI it did not start")
     assert "/api/v1/auths" not in seen.read_text()  # readiness only: no sign-in, no password
     assert lifeline.marked_processes(lifeline.owner_id()) == {}
+
+
+@pytest.mark.openwebui
+def test_the_real_open_webui_has_benchs_admin_sign_up_closed_and_the_engines_key(tmp_path, monkeypatch) -> None:
+    """The real Open WebUI ($BENCH_OPENWEBUI) in front of an engine that answers only with its key: bench is
+    the admin from the first start, nobody else can sign up (at that start or the next), and a chat through the
+    UI reaches the engine with the key, which was given to the UI by its environment."""
+    from engines.openwebui_account import accounts
+
+    if not os.environ.get("BENCH_OPENWEBUI"):
+        pytest.fail("set BENCH_OPENWEBUI to Open WebUI's environment (see the README)")
+    monkeypatch.setenv("ENGINE_KEY_FOR_TEST", "k-engine-real-9c1e")
+    data = tmp_path / "data"
+    with keyed_engine("k-engine-real-9c1e") as base_url:
+        engine = Endpoint(base_url, "keyed", api_key_env="ENGINE_KEY_FOR_TEST")
+        for start in ("first", "second"):
+            with launch_openwebui(tmp_path, engine, data) as ui:
+                assert _sign_up(ui.root, f"mallory-{start}@localhost").status_code == 403, start
+                answer = httpx.post(ui.root + "/api/v1/chat/completions", timeout=60,
+                                    headers={"Authorization": f"Bearer {os.environ[UI_KEY_ENV]}"},
+                                    json={"model": "keyed", "messages": [{"role": "user", "content": "hi"}]})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["choices"][0]["message"]["content"] == "hi"
+            assert [(a.email, a.role) for a in accounts(data) or []] == [("bench@localhost", "admin")], start
