@@ -30,7 +30,7 @@ def canary(kind: str) -> str:
 
 class CommandLines:
     """Every process's command line, read again and again while a command runs: which held a canary, and how
-    each reference engine seen answered a request that brought no key."""
+    each engine seen (ours, vLLM) answered a request that brought no key."""
 
     def __init__(self, canaries: list[str]) -> None:
         self.canaries = [c.encode() for c in canaries]
@@ -51,7 +51,7 @@ class CommandLines:
             return
         if any(c in cmdline for c in self.canaries) and b"-m\0bench\0" not in cmdline:  # bench's own: as typed
             self.leaks.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-        port = re.search(rb"engines\.reference\x00.*--port\x00(\d+)", cmdline)
+        port = re.search(rb"(?:engines\.reference|vllm\.entrypoints\.openai\.api_server)\x00.*--port\x00(\d+)", cmdline)
         if port and int(port.group(1)) not in self.keyless_status and descends_from_us(int(entry.name)):
             try:
                 answer = httpx.get(f"http://127.0.0.1:{int(port.group(1))}/v1/models", timeout=2)

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from tests.bench.test_cli import bench, only_run_dir
+from tests.e2e.test_secrets import CommandLines
 from tests.servers import is_running
 
 pytestmark = pytest.mark.vllm
@@ -50,3 +51,26 @@ def test_vllm_serves_the_adapters_bench_gives_it(tmp_path) -> None:
     assert {r["adapter"] for r in measured} == {"lora-0", "lora-1"}
     samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
     assert any("running_adapters" in s for s in samples)  # vllm:lora_requests_info, as the sampler reads it
+
+
+def test_vllm_given_a_key_gets_it_by_its_environment_and_no_file_holds_it(tmp_path) -> None:
+    """`--engine-arg api-key=...` reaches vLLM as VLLM_API_KEY, never its command line; bench's own checks and
+    client send it (the sweep succeeds against a server that refuses keyless requests), and the run directory
+    keeps `***`: the canary is in no file bench or vLLM wrote."""
+    assert os.environ.get("BENCH_VLLM_PYTHON"), "set BENCH_VLLM_PYTHON to the python of vLLM's environment"
+    canary = "sk-canary-vllm-5d2b9e"
+    with CommandLines([canary]).running() as seen:
+        result = bench("sweep", "--engine", "vllm", "--concurrency", "2", "--requests", "4", "--input-tokens", "32",
+                       "--output-tokens", "8", "--engine-arg", "max-model-len=2048",
+                       "--engine-arg", f"api-key={canary}", "--no-report", "--out", str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert seen.leaks == []  # on no command line of vLLM's processes
+    assert seen.keyless_status and set(seen.keyless_status.values()) == {401}  # vLLM wanted the key
+    run_dir = only_run_dir(tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and "--api-key" not in run["engine"]["details"]["command"]
+    assert run["engine_spec"]["args"]["api-key"] == "***"
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), path
+    assert canary not in result.stdout + result.stderr

@@ -169,6 +169,11 @@ def _layer_deltas(
     return deltas
 
 
+# An adapter's name is a model id in requests, /v1/models and metric labels: printable, no spaces, bounded.
+ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+ADAPTER_NAME_SHAPE = "1 to 128 letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit"
+
+
 def parse_lora_modules(values: Sequence[str]) -> dict[str, str]:
     """`NAME=PATH` items (vLLM's --lora-modules syntax) -> {name: path}; a bad item is named."""
     modules: dict[str, str] = {}
@@ -176,9 +181,12 @@ def parse_lora_modules(values: Sequence[str]) -> dict[str, str]:
         name, sep, path = item.partition("=")
         if not sep or not name.strip() or not path.strip():
             raise AdapterError(f"--lora-modules {item!r}: expected NAME=PATH (e.g. sql=/adapters/sql)")
+        name = name.strip()
+        if not ADAPTER_NAME.match(name):
+            raise AdapterError(f"--lora-modules {item[:80]!r}: the name must be {ADAPTER_NAME_SHAPE}")
         if name in modules:
             raise AdapterError(f"--lora-modules: the name {name!r} is given twice")
-        modules[name.strip()] = path.strip()
+        modules[name] = path.strip()
     return modules
 
 

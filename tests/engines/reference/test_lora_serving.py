@@ -65,6 +65,10 @@ def test_a_bad_lora_module_flag_is_refused_naming_it(adapters: dict[str, Path], 
         parse_lora_modules(["sql"])
     with pytest.raises(AdapterError, match="given twice"):
         parse_lora_modules([f"sql={adapters['sql']}", f"sql={adapters['chat']}"])
+    for hostile in ("<img src=x onerror=alert(1)>", "a b", "x\nINJECTED 1", "../up", "a" * 129):
+        with pytest.raises(AdapterError, match="the name must be 1 to 128 letters"):
+            parse_lora_modules([f"{hostile}={adapters['sql']}"])
+    assert parse_lora_modules([f"org/sql-v1.2={adapters['sql']}"]) == {"org/sql-v1.2": str(adapters["sql"])}
     options = ServerOptions(model="dummy:tiny", port=0, kv_cache_tokens=1024, lora_modules=(f"x={tmp_path}",))
     with pytest.raises(AdapterError, match="no adapter_config.json"):
         build_engine(options)
