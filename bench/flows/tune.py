@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.run.rundir import Run, RunDirError, read_run
 from common.accuracy import Accuracy
+from common.names import UnsafeNameError, inside
 from common.validation import parse_yaml_mapping, read_text
 from loadgen.metrics import MAX_OUTSIDE_CORES
 
@@ -123,11 +124,25 @@ class Tune:
         path = folder / TUNE_FILE
         if not path.is_file():
             raise TuneError(f"--resume {folder}: no {TUNE_FILE} there (not a tune folder)")
-        data = json.loads(path.read_text())
-        entries = [TuneEntry(TuneConfig(c["name"], c["args"]), c.get("run_dir"), c.get("status", "pending"))
-                   for c in data["configs"]]
-        return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
-                   data.get("min_accuracy"), data["created_at"])
+        try:
+            data = json.loads(path.read_text())
+            entries = [TuneEntry(TuneConfig(c["name"], c["args"]), _run_dir_inside(folder, c.get("run_dir"), i),
+                                 c.get("status", "pending")) for i, c in enumerate(data["configs"])]
+            return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
+                       data.get("min_accuracy"), data["created_at"])
+        except UnsafeNameError as error:
+            raise TuneError(f"--resume {folder}: {error}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # a file not written by bench tune
+            raise TuneError(f"--resume {folder}: {TUNE_FILE} is not a tune record ({type(error).__name__}: "
+                            f"{str(error)[:200]})") from None
+
+
+def _run_dir_inside(folder: Path, run_dir: object, index: int) -> str | None:
+    """A configuration's run directory, as tune.json names it: one folder inside the tune folder, or none."""
+    if run_dir is None:
+        return None
+    inside(folder, str(run_dir), f"{TUNE_FILE} configs[{index}].run_dir")
+    return str(run_dir)
 
 
 def check_objective(objective: str) -> str:

@@ -166,3 +166,22 @@ def test_the_latency_objective_reads_ttft_at_the_lowest_load_whatever_the_order(
     assert got.ttft_p50_ms_lowest_load == 40.0 and got.peak_output_tokens_per_s == 800.0
     assert got.usd_per_m_output_tokens == pytest.approx(3.6 / (300 * 3600) * 1e6)  # $3.33 per 1M output tokens
     assert got.curve[0] == (50.0, 800.0)  # 1000 / 20 ms, and 800 tokens/s on one GPU
+
+
+def test_a_tune_json_naming_a_run_directory_outside_its_folder_or_malformed_is_refused(tmp_path: Path) -> None:
+    """tune.json comes with a shared tune folder: a run_dir of `../..` would be read (and resumed) from outside
+    it. It is refused naming the field; a file that is not a tune record is refused naming the file."""
+    from bench.flows.tune import TUNE_FILE, Tune, TuneError
+
+    record = {"engine": "reference", "objective": "throughput", "created_at": "2026-12-05T00:00:00Z",
+              "configs": [{"name": "default", "args": {}, "run_dir": "run-1", "status": "complete"},
+                          {"name": "b", "args": {}, "run_dir": "../../elsewhere", "status": "interrupted"}]}
+    (tmp_path / TUNE_FILE).write_text(json.dumps(record))
+    with pytest.raises(TuneError, match=r"tune\.json configs\[1\]\.run_dir: '\.\./\.\./elsewhere' is not a plain"):
+        Tune.load(tmp_path)
+    record["configs"].pop()
+    (tmp_path / TUNE_FILE).write_text(json.dumps(record))
+    assert Tune.load(tmp_path).entries[0].run_dir == "run-1"
+    (tmp_path / TUNE_FILE).write_text(json.dumps({"configs": "nope"}))
+    with pytest.raises(TuneError, match="tune.json is not a tune record"):
+        Tune.load(tmp_path)
