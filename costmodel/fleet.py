@@ -29,7 +29,7 @@ def fleet_for(monthly_tokens: float, request_per_s: float, isl: float, osl: floa
     if request_per_s <= 0 or isl + osl <= 0:
         raise ValueError("a fleet needs a throughput > 0 at the operating point and requests of > 0 tokens")
     requests_per_month = monthly_tokens / (isl + osl)
-    capacity = assumptions.headroom * request_per_s  # requests/s one replica takes on at the headroom
+    capacity = assumptions.headroom * request_per_s  # requests/s one replica is planned to take on
     average = requests_per_month / (SECONDS_PER_HOUR * assumptions.hours_of_operation)
     peak = assumptions.peak_ratio * average
     profile, spares = assumptions.hourly_profile, assumptions.spare_replicas
@@ -86,10 +86,12 @@ def _never_reason(rho: float, u_max: float, assumptions: Assumptions) -> str:
     if rho >= 1:
         return (f"even 100% busy, a replica costs {rho:.2f}x the provider's price per request: "
                 "self-hosting never wins at any volume")
-    shape = (f"an hourly profile with {assumptions.headroom:.0%} headroom" if assumptions.is_autoscaled else
-             f"a peak {assumptions.peak_ratio:g}x the average, {assumptions.headroom:.0%} headroom and "
+    # `headroom` is the share of capacity a replica is planned to use (0.8), not the spare share (0.2): say the plan.
+    planned = f"replicas planned to run at {assumptions.headroom:.0%} of their measured capacity"
+    shape = (f"{planned} in each hour of the profile (autoscaled)" if assumptions.is_autoscaled else
+             f"{planned} at the peak ({assumptions.peak_ratio:g}x the average) and "
              f"{assumptions.hours_of_operation:g} of {assumptions.billed_hours_per_month:g} billed hours used")
-    return (f"self-hosting breaks even only at {rho:.0%} average utilization, but with {shape} a fleet is "
+    return (f"self-hosting breaks even only at {rho:.0%} average utilization, but with {shape}, a fleet is "
             f"at most {u_max:.0%} busy on average: no crossover at any volume")
 
 

@@ -64,7 +64,21 @@ def test_no_crossover_when_the_peak_keeps_the_fleet_too_empty() -> None:
     cross = crossover(R, ISL, OSL, assumptions(peak_to_average=2.0), A_REQ)
     # U_max = 0.8 / 2 = 0.40 < rho = 0.463: never, at any volume
     assert cross.monthly_tokens is None and cross.serving_replicas is None
-    assert "breaks even only at 46% average utilization" in cross.reason and "at most 40% busy" in cross.reason
+    assert cross.reason == ("self-hosting breaks even only at 46% average utilization, but with replicas planned to "
+                            "run at 80% of their measured capacity at the peak (2x the average) and 730 of 730 billed "
+                            "hours used, a fleet is at most 40% busy on average: no crossover at any volume")
+
+
+def test_no_crossover_when_even_an_autoscaled_fleet_is_too_empty_says_the_plan() -> None:
+    # $3.60/GPU-h: C_req = 3.60 / 36,000 = $0.0001, rho = 0.0001 / 0.00012 = 0.833 > U_max = u = 0.8 (autoscaled:
+    # each hour gets the replicas it needs, so only the planned share of capacity is left unused)
+    profile = (1.0,) * 12 + (3.0,) * 12
+    cross = crossover(R, ISL, OSL, assumptions(gpu_usd_per_hour=3.6, hourly_profile=profile), A_REQ)
+    assert cross.monthly_tokens is None
+    assert cross.reason == ("self-hosting breaks even only at 83% average utilization, but with replicas planned to "
+                            "run at 80% of their measured capacity in each hour of the profile (autoscaled), a fleet "
+                            "is at most 80% busy on average: no crossover at any volume")
+    assert "headroom" not in cross.reason  # 80% is the share used, not the share kept spare
 
 
 def test_no_crossover_when_a_busy_replica_already_costs_more_than_the_provider() -> None:

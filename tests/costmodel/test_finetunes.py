@@ -2,7 +2,8 @@
 
 One replica of 1 GPU at $2.00/h carries 1 request a second (500 input + 500 output tokens); the base model's
 host charges $0.50 / $1.50 per 1M tokens, so a request costs it $0.001. 8 fine-tunes share 1e9 tokens a month:
-one million requests, 0.3805 a second over 730 h, one replica at peak 1x and headroom 1: $1,460 a month.
+one million requests, 0.3805 a second over 730 h, one replica at peak 1x planned at 100% of its capacity:
+$1,460 a month.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Fleet size and monthly cost (COSTMODEL.md, "Fleet and monthly cost"), worked out by hand.
 
 The fixture: R* = 10 requests/s per replica of 300 input + 100 output tokens, one GPU per replica at
-$2.00/h, headroom u = 0.8 (a replica takes on 8 requests/s), one spare, $1,000/month of operations.
+$2.00/h, each replica planned at u = 0.8 of its capacity (it takes on 8 requests/s), one spare, $1,000/month
+of operations.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_a_task_costs_the_replica_hour_over_the_tasks_it_carries_and_the_provide
     a_task = ((20_000 - 15_000) * 0.40 + 15_000 * 0.10 + 1_000 * 1.60) / 1e6  # cached input at the cached price
     assert provider.usd_per_task == pytest.approx(a_task)
     assert provider.monthly_usd == pytest.approx(1_000_000 * a_task)
-    # 1M tasks over 730 h at peak 1x: 0.3805 tasks/s, one replica (headroom 1) for $1,460 a month.
+    # 1M tasks over 730 h at peak 1x: 0.3805 tasks/s, one replica (planned at 100% of its capacity) for $1,460 a month.
     assert costs.self_usd_per_month == pytest.approx(2.0 * 730)
     # Crossover: one replica's $1,460 buys 1,460 / a_task tasks; one replica carries 0.5 * 3600 * 730 of them.
     assert provider.crossover_tasks == pytest.approx(max(1460 / a_task, 0.0), rel=1e-6)
