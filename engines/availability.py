@@ -15,6 +15,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+DOCKER_PROBE_TIMEOUT_S = 5.0  # a Docker API that accepts and never answers is said not to answer, not waited on
+
 
 @dataclass(frozen=True)
 class Availability:
@@ -131,7 +133,7 @@ def _docker_availability() -> Availability:
     from engines.launch import EngineStartError
 
     try:
-        version = docker_client().version()
+        version = docker_client(DOCKER_PROBE_TIMEOUT_S).version()
     except EngineStartError as exc:
         return Availability("docker", False, str(exc))
     return Availability("docker", True, f"Docker API {version.get('Version', '?')}")

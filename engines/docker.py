@@ -158,14 +158,15 @@ def _spec(engine: str, o: ContainerOptions, image: str, command: list[str], port
     )
 
 
-def docker_client() -> DockerClient:
-    """The Docker API client (DOCKER_HOST is honoured, so podman's socket works), or a clear error."""
+def docker_client(timeout_s: float | None = None) -> DockerClient:
+    """The Docker API client (DOCKER_HOST is honoured, so podman's socket works), or a clear error. `timeout_s`
+    bounds each call (the SDK's own is 60 s), so a probe of a daemon that accepts and never answers ends."""
     try:
         import docker
     except ImportError:
         raise EngineStartError("the docker package is not installed: pip install -e '.[docker]'") from None
     try:
-        client = docker.from_env()
+        client = docker.from_env(**({"timeout": timeout_s} if timeout_s else {}))
         client.ping()
     except docker.errors.DockerException:
         where = os.environ.get("DOCKER_HOST", "the default socket")
