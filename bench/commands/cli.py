@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from bench.commands import lora_cmd, plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
+from bench.commands import doctor_cmd, lora_cmd, plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags, measure_command
 
@@ -32,6 +32,7 @@ app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
 app.command("tune")(measure_command(tune_cmd.tune))
 app.command("quality")(measure_command(quality_cmd.quality))
 app.add_typer(lora_cmd.app, name="lora")
+app.command("doctor", rich_help_panel="Serve and tools")(doctor_cmd.doctor)
 
 
 @app.command()
