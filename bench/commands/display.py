@@ -38,6 +38,26 @@ class DataTable(Table):
         super().add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), **options)
 
 
+class Footnotes:
+    """A table's notes as numbered footnotes under it: a row's note cell holds only their numbers (`2,3`), so a
+    long note never wraps a row over several lines. A note met again keeps the number it was first given."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def mark(self, notes: list[str]) -> str:
+        """The numbers of `notes`, each numbered when first met ('' for none)."""
+        return ",".join(str(self.numbers.setdefault(note, len(self.numbers) + 1)) for note in dict.fromkeys(notes))
+
+    def under(self, table: Table) -> Table:
+        """`table` with the footnotes as its caption: plain text (a note from a file or a server is never markup),
+        wrapped to the table's width."""
+        if self.numbers:
+            table.caption = Text("\n".join(f"{number}. {note}" for note, number in self.numbers.items()))
+            table.caption_justify = "left"
+        return table
+
+
 class RichSweepProgress:
     """One line per level: requests done, failures, output tokens/s so far, elapsed time; after each level,
     what `describe` makes of its summary (a capacity search's verdict on the probe), if anything."""
@@ -116,15 +136,16 @@ def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:
                "TPOT p50 ms", "E2E p50 ms", "goodput req/s", "SLO met", "in flight", "note"]
     for name in columns:
         table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
+    footnotes = Footnotes()
     for s in summaries:
         carried, latency = s.throughput, s.latency
         table.add_row(
             s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}", _fmt(carried.request_per_s, 2),
             _fmt(carried.output_tokens_per_s, 1), _p50_p99(latency.ttft_ms), _p50_p99(latency.itl_ms),
             _fmt(latency.tpot_ms.p50), _fmt(latency.e2e_ms.p50), _fmt(carried.goodput_request_per_s, 2),
-            f"{carried.slo_attainment:.0%}", _fmt(carried.mean_in_flight, 1), _note(s),
+            f"{carried.slo_attainment:.0%}", _fmt(carried.mean_in_flight, 1), footnotes.mark(_notes(s)),
         )
-    return table
+    return footnotes.under(table)
 
 
 def quality_table(summaries: list[LevelSummary], title: str = "graded answers") -> Table:
@@ -194,20 +215,21 @@ def adapter_counts_table(summaries: list[LevelSummary], views: list[ServerView],
     """A sweep across adapter counts: each count's throughput and TTFT beside the base model's at the same load,
     and the distinct adapters the server's batch held (vLLM's LoRA series, where it publishes it)."""
     by_level = {v.level: v for v in views}
-    notes = {s.level: _note(s) for s in summaries}
+    notes = {s.level: _notes(s) for s in summaries}
     tpot = {s.level: s.latency.tpot_ms.p50 for s in summaries}
     engines = {s.level: s.engine for s in summaries}
     table = DataTable(title=title)
     for name in ("engine", "level", "adapters", "out tok/s", "x", "TTFT p95 ms", "x p95", "TPOT p50 ms",
                  "adapters a batch", "note"):
         table.add_column(name, justify="left" if name in ("engine", "level", "note") else "right")
+    footnotes = Footnotes()
     for c in adapter_counts(summaries):
         view = by_level.get(c.level)
         table.add_row(engines[c.level], c.level, str(c.adapters) if c.adapters else "base alone",
                       _fmt(c.output_tokens_per_s, 1), _ratio(c.throughput_ratio), _fmt(c.ttft_p95_ms),
                       _ratio(c.ttft_ratio), _fmt(tpot[c.level]),
-                      _fmt(view.mean_running_adapters, 1) if view else "-", notes[c.level])
-    return table
+                      _fmt(view.mean_running_adapters, 1) if view else "-", footnotes.mark(notes[c.level]))
+    return footnotes.under(table)
 
 
 def _ratio(value: float | None) -> str:
@@ -301,14 +323,15 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
     for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
                  "TTFT p50 lowest load", "peak out tok/s", "vs default", *(["accuracy"] if graded else []), "note"):
         table.add_column(name, justify="left" if name in ("configuration", "status", "note") else "right")
+    footnotes = Footnotes()
     for r in results:
         mark = " *" if chosen is not None and r.name == chosen.name else ""
         accuracy = [f"{r.accuracy.accuracy:.1%}" if r.accuracy else "-"] if graded else []
-        note = "; ".join(n for n in (r.busy, accuracy_note(r, default, min_accuracy)) if n)
+        note = footnotes.mark([n for n in (r.busy, accuracy_note(r, default, min_accuracy)) if n])
         table.add_row(r.name + mark, r.status.split(":")[0], _fmt(r.capacity_load, 1), _fmt(r.output_tokens_per_s),
                       _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s), _fmt(r.ttft_p50_ms_lowest_load),
                       _fmt(r.peak_output_tokens_per_s), _against(r, default, objective), *accuracy, note)
-    return table
+    return footnotes.under(table)
 
 
 def _against(result: ConfigResult, default: ConfigResult | None, objective: str) -> str:
@@ -349,6 +372,7 @@ def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:
                  "ITL p50/p99 ms", "goodput req/s", "note"]:
         table.add_column(name, justify="left" if name in ("run", "source", "engine", "level", "note") else "right")
     levels = sorted({s.level for _, _, summaries in runs for s in summaries}, key=_level_order)
+    footnotes = Footnotes()
     for level in levels:
         for run_dir, source, summaries in runs:
             for s in (s for s in summaries if s.level == level):
@@ -356,8 +380,9 @@ def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:
                 ratio = f"{s.throughput.output_tokens_per_s / base:.2f}" if base else "-"
                 table.add_row(run_dir.name, source, s.engine, s.level, f"{s.requests.num_ok}/{s.requests.num_failed}",
                               _fmt(s.throughput.output_tokens_per_s, 1), ratio, _p50_p99(s.latency.ttft_ms),
-                              _p50_p99(s.latency.itl_ms), _fmt(s.throughput.goodput_request_per_s, 2), _note(s))
-    return table
+                              _p50_p99(s.latency.itl_ms), _fmt(s.throughput.goodput_request_per_s, 2),
+                              footnotes.mark(_notes(s)))
+    return footnotes.under(table)
 
 
 def engines_table(engines: list[Availability]) -> Table:
@@ -380,7 +405,8 @@ def _p50_p99(distribution: Distribution) -> str:
     return f"{_fmt(distribution.p50)}/{_fmt(distribution.p99)}"
 
 
-def _note(s: LevelSummary) -> str:
+def _notes(s: LevelSummary) -> list[str]:
+    """What a reader should know of a level beside its figures, one note each (printed as footnotes)."""
     carried, latency = s.throughput, s.latency
     notes = []
     if not s.is_valid:
@@ -406,7 +432,7 @@ def _note(s: LevelSummary) -> str:
         wait_ms = latency.retry_wait_ms.p50
         waited = f", retried after {_fmt(wait_ms, 0)} ms p50" if wait_ms is not None else ""
         notes.append(f"throttled {s.requests.throttle_rate:.0%} of requests{waited}")
-    return "; ".join(notes)
+    return notes
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
