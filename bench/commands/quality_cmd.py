@@ -16,6 +16,15 @@ from bench.commands import stopping
 from bench.commands.console import console, errors, fail
 from bench.commands.flags import MeasureFlags
 
+# Shared measuring flags a quality run sets itself (bench.flows.quality.asked_once), refused with the reason
+# rather than taken and then overwritten.
+SET_BY_QUALITY = {
+    "--duration": "bench quality grades every item of the eval once; it takes no duration",
+    "--requests": "bench quality grades every item of the eval once; it sends one request per item, no other "
+                  "count",
+    "--warmup": "bench quality grades every item of the eval once and sends no warm-up",
+}
+
 
 def quality(
     flags: MeasureFlags,
@@ -48,6 +57,9 @@ def quality(
 
     if flags.resume:
         fail("--resume: a quality run is asked again whole (it takes minutes, not hours); drop --resume")
+    for flag in flags.given():
+        if flag in SET_BY_QUALITY:
+            fail(f"{flag}: {SET_BY_QUALITY[flag]}")
     if lm_eval is not None:
         _lm_eval(flags, lm_eval, lm_eval_include, lm_eval_limit, concurrency)
         return

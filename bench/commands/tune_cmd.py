@@ -54,6 +54,9 @@ def tune(
     from bench.inputs.options import LoadOverrides
     from bench.run.resume import check_owner
 
+    if not flags.report:  # each configuration's sweep is run with report=False, then reported here all the same
+        fail("--no-report: bench tune ranks its configurations by each one's run report (report.json), so it always "
+             "writes them; drop --no-report")
     try:
         if flags.resume:
             given = [f for f in flags.given() if f != "--engine"] + (["--grid"] if grid else []) + \
