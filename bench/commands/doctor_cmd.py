@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from bench.flows.doctor_types import Finding, Report
 
 STATUS_STYLES = {"ok": "green", "missing": "yellow", "not usable": "red"}
-MAIN_JOB = "bench sweep (the reference engine on the default model)"
+MAIN_JOB = "bench sweep of the reference engine"
 
 
 def doctor(
@@ -60,10 +60,10 @@ def doctor(
 def print_report(report: Report) -> None:
     blocking = report.blocking
     if blocking is None:
-        console.print(Text(f"{MAIN_JOB} can run here."))
-    else:
-        fix = f" ({blocking.fix})" if blocking.fix else ""
-        console.print(Text(f"{MAIN_JOB} cannot run here: {blocking.name}: {blocking.detail}{fix}"))
+        console.print(Text(f"{MAIN_JOB} can run here."), soft_wrap=True)
+    else:  # one line, never wrapped: scripts and people read what blocks from the first line
+        fix = f"; {blocking.fix}" if blocking.fix else ""
+        console.print(Text(f"{MAIN_JOB} cannot run here: {blocking.name}: {blocking.detail}{fix}"), soft_wrap=True)
     console.print(findings_table("needed by the main job", [f for f in report.findings if f.required]))
     console.print(findings_table("optional", [f for f in report.findings if not f.required]))
 

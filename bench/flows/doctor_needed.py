@@ -105,7 +105,7 @@ def _given_model(model: Path) -> Finding:
     accepted = "expected a .gguf file or a folder with config.json and *.safetensors"
     if not model.exists():
         return Finding("model", "missing", f"--model {model}: no such file or folder ({accepted})",
-                       f"give an existing model file, or leave --model out for the default ({MODEL_INSTALL})")
+                       "give --model an existing .gguf file or safetensors folder")
     if model.is_dir() and not ((model / "config.json").is_file() and any(model.glob("*.safetensors"))):
         return Finding("model", "not usable", f"--model {model}: a folder without config.json and *.safetensors "
                                               f"({accepted})")
