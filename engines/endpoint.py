@@ -7,7 +7,9 @@ instead of as a thousand failed requests.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +20,11 @@ from engines.types import Endpoint, EngineInfo
 
 class EndpointError(Exception):
     """A problem with the endpoint the user pointed us at; the message says what to change."""
+
+
+MODELS_TIMEOUT_S = 10.0  # for the whole answer, not each read: a server that sends a byte a second is cut
+MAX_MODELS_BYTES = 4 << 20  # a model list is kilobytes; a server sending more is not sending one
+MAX_NAMES_SHOWN = 20
 
 
 def read_api_key(api_key_env: str | None) -> str | None:
@@ -36,21 +43,62 @@ def _get_models(endpoint: Endpoint, timeout_s: float = 10.0) -> httpx.Response:
     return httpx.get(endpoint.base_url.rstrip("/") + "/models", headers=headers, timeout=timeout_s)
 
 
-def list_models(endpoint: Endpoint, timeout_s: float = 10.0) -> tuple[list[str], httpx.Headers]:
+def _read_models(endpoint: Endpoint, timeout_s: float) -> tuple[int, bytes, httpx.Headers]:
+    """GET <base_url>/models with the endpoint's key: status, body and headers, within `timeout_s` in all and
+    MAX_MODELS_BYTES; raises httpx.HTTPError, or EndpointError for an answer past either bound."""
+    url = endpoint.base_url.rstrip("/") + "/models"
+    key = read_api_key(endpoint.api_key_env)
+    deadline = time.monotonic() + timeout_s
+    with httpx.stream("GET", url, headers={"Authorization": f"Bearer {key}"} if key else {},
+                      timeout=timeout_s) as response:
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_MODELS_BYTES:
+                raise EndpointError(f"{url} sent more than {MAX_MODELS_BYTES >> 20} MiB: not a model list")
+            if time.monotonic() > deadline:
+                raise EndpointError(f"{url} took more than {timeout_s:g} s to send its model list")
+        return response.status_code, bytes(body), response.headers
+
+
+def list_models(endpoint: Endpoint, timeout_s: float = MODELS_TIMEOUT_S) -> tuple[list[str], httpx.Headers]:
     url = endpoint.base_url.rstrip("/") + "/models"
     try:
-        response = _get_models(endpoint, timeout_s)
-    except httpx.HTTPError as exc:
+        status, body, headers = _read_models(endpoint, timeout_s)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise EndpointError(f"cannot reach --base-url {endpoint.base_url}: {exc or type(exc).__name__}") from None
-    if response.status_code in (401, 403):
-        raise EndpointError(f"{url} refused the API key (HTTP {response.status_code}); check --api-key-env")
-    if response.status_code != 200:
-        raise EndpointError(f"{url} answered HTTP {response.status_code}; is --base-url an OpenAI-compatible /v1?")
+    if status in (401, 403):
+        raise EndpointError(f"{url} refused the API key (HTTP {status}); check --api-key-env")
+    if status != 200:
+        raise EndpointError(f"{url} answered HTTP {status}; is --base-url an OpenAI-compatible /v1?")
+    try:  # the answer is the server's: anything but {"data": [{"id": "name"}, ...]} is refused, not guessed at
+        models = [item["id"] for item in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        models = None
+    if models is None or not all(isinstance(model, str) and model for model in models):
+        raise EndpointError(f"{url} did not return an OpenAI model list ({{\"data\": [{{\"id\": NAME}}, ...]}})")
+    return models, headers
+
+
+def served_model(endpoint: Endpoint) -> str:
+    """The one model the endpoint lists, for an endpoint given no --model (as vLLM's and guidellm's clients
+    take it); an error naming --model and --base-url when it lists none or several, or can't be asked."""
+    read_api_key(endpoint.api_key_env)  # a key named but not set is said as it is, not as a question for --model
     try:
-        models = [str(item["id"]) for item in response.json()["data"]]
-    except (ValueError, KeyError, TypeError):
-        raise EndpointError(f"{url} did not return an OpenAI model list") from None
-    return models, response.headers
+        models, _ = list_models(endpoint)
+    except EndpointError as exc:
+        raise EndpointError(f"--engine endpoint without --model: could not ask --base-url {endpoint.base_url} which "
+                            f"model it serves ({exc}); give --model") from None
+    if len(models) == 1:
+        return models[0]
+    if not models:
+        raise EndpointError(f"--engine endpoint without --model: --base-url {endpoint.base_url} lists no model at "
+                            "/models; give --model")
+    # repr: a name is the server's text, shown quoted on one line, its control characters escaped
+    shown = ", ".join(repr(model[:200]) for model in models[:MAX_NAMES_SHOWN])
+    more = f" and {len(models) - MAX_NAMES_SHOWN} more" if len(models) > MAX_NAMES_SHOWN else ""
+    raise EndpointError(f"--engine endpoint without --model: --base-url {endpoint.base_url} serves "
+                        f"{len(models)} models; choose one with --model: {shown}{more}")
 
 
 CONTEXT_FIELDS = ("max_model_len", "context_length", "context_window")  # vLLM and ours, OpenRouter, others

@@ -39,6 +39,21 @@ class EngineError(Exception):
     """A problem with the engine choice or its flags; the message says what to change."""
 
 
+def with_served_model(o: EngineFile) -> EngineFile:
+    """An endpoint given no model takes the one its server lists (`engines.endpoint.served_model`; an error
+    naming --model when it lists none or several), so run.json records it as if --model had named it. Any other
+    engine, and an endpoint with a model, as it is."""
+    if o.engine != "endpoint" or o.model or not o.base_url:
+        return o
+    from engines.endpoint import served_model
+
+    try:
+        endpoint = Endpoint(o.base_url.rstrip("/"), "", o.api_key_env)
+    except ValueError as exc:
+        raise EngineError(f"--base-url: {exc}") from None
+    return o.model_copy(update={"model": served_model(endpoint)})
+
+
 def make_endpoint(o: EngineFile) -> Launcher:
     from engines.endpoint import use_endpoint
 
