@@ -28,8 +28,9 @@ class MeasureFlags:
     engine: list[str] | None = option(None, "Engine kind (default: reference), repeatable to compare engines on the "
                                             "same workload: see `bench engines`.")
     base_url: str | None = option(None, "Endpoint base URL, ending in /v1.")
-    model: str | None = option(None, "Model: for endpoint, the name the server lists; for reference, a .gguf file, a "
-                                     "safetensors directory, dummy:<preset> or default (SmolLM2-135M).")
+    model: str | None = option(None, "Model: for endpoint, a name the server lists (default: its only one); for "
+                                     "reference, a .gguf file, a safetensors directory, dummy:<preset> or default "
+                                     "(SmolLM2-135M).")
     engine_arg: list[str] | None = option(None, "KEY=VALUE passed to a launched engine as --KEY VALUE (repeatable), "
                                                 "e.g. batching=static.")
     port: int | None = option(None, "Port for a launched engine (default: a free one).")
