@@ -65,7 +65,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                adjust: Callable[[Scenario], Scenario] | None = None) -> list[Job]:
     """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
     from engines.process import parse_engine_args
-    from engines.registry import make_launcher, with_served_model
+    from engines.registry import make_launcher
     from engines.replicas import check_replicas
 
     scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
@@ -85,7 +85,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                         router_args=parse_engine_args(flags.router_arg or []),
                         replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
-    specs = [with_served_model(spec) for spec in specs]  # an endpoint given no --model: the one model it serves
+    specs = [_with_served_model(spec) for spec in specs]
     if adapters is not None and adapters.served:  # the adapters go to every engine bench starts
         specs = [spec.model_copy(update={"lora": {**adapters.served, **spec.lora}}) for spec in specs]
     if through_ui:  # each engine direct first, then with the UI in front: the same workload both ways
@@ -99,6 +99,17 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
                           replay=replay, sessions=sessions, clients=clients, adapters=adapters),
                 make_launcher(spec)) for spec in specs]
+
+
+def _with_served_model(spec: EngineFile) -> EngineFile:
+    """An endpoint given no --model: the one model it serves, said before anything runs."""
+    from engines.registry import with_served_model
+
+    chosen = with_served_model(spec)
+    if chosen.model != spec.model:
+        console.print(f"--model not given: {spec.base_url} serves one model, {chosen.model!r}", markup=False,
+                      highlight=False, soft_wrap=True)
+    return chosen
 
 
 def client_pool(workers: int | None, ray: str | None) -> ClientPool:

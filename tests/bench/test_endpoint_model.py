@@ -104,6 +104,7 @@ def test_the_one_model_a_server_lists_is_measured_and_recorded_as_if_named(model
     chosen = bench(*_sweep(models_server, tmp_path / "chosen"))
     assert chosen.returncode == 0, chosen.stderr
     assert models_server.asked == ["solo-7b"] * 3  # every request named the model the server serves
+    assert f"--model not given: {models_server.base_url} serves one model, 'solo-7b'" in chosen.stdout
     named = bench(*_sweep(models_server, tmp_path / "named", "--model", "solo-7b"))
     assert named.returncode == 0, named.stderr
     recorded = _as_recorded(only_run_dir(tmp_path / "chosen"))
