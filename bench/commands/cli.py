@@ -16,6 +16,7 @@ from rich.markup import escape
 from bench.commands import doctor_cmd, lora_cmd, plan_cmd, quality_cmd, report_cmd, stopping, tune_cmd
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags, measure_command
+from bench.commands.helptext import OUTPUT, SLO, BenchTyper, examples
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     import argparse
@@ -24,27 +25,21 @@ if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays 
     from engines.reference.serving.options import ServerOptions
     from loadgen.types import LevelSummary
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Measure LLM inference engines on your hardware; decide whether to self-host.")
-app.command("report")(report_cmd.report)
-app.command("cost", cls=report_cmd.CostHelpCommand)(report_cmd.cost)
-app.command("plan", cls=report_cmd.PlainHelpCommand)(plan_cmd.plan)
-app.command("tune")(measure_command(tune_cmd.tune))
-app.command("quality")(measure_command(quality_cmd.quality))
-app.add_typer(lora_cmd.app, name="lora")
-app.command("doctor", rich_help_panel="Serve and tools")(doctor_cmd.doctor)
+app = BenchTyper(add_completion=False, no_args_is_help=True,
+                 help="Measure LLM inference engines on your hardware; decide whether to self-host.",
+                 epilog=examples("bench sweep --concurrency 1,8,32", "bench report runs/RUN_DIR --gpu h100-sxm",
+                                 "bench cost --throughput 2400 --gpu h100-sxm --provider llama-3.1-8b"))
 
 
-@app.command()
 @measure_command
 def sweep(
     flags: MeasureFlags,
-    concurrency: str = typer.Option(None, help="Closed-loop levels, e.g. 1,8,50."),
-    rate: str = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
-    burstiness: float = typer.Option(None, help="Open loop: gamma shape; 1 = Poisson, < 1 burstier."),
-    max_concurrency: int = typer.Option(None, help="Open loop: cap on requests in flight."),
+    concurrency: str = typer.Option(None, metavar="N,N,...", help="Closed-loop levels, e.g. 1,8,50."),
+    rate: str = typer.Option(None, metavar="N,N,...", help="Open-loop levels in requests/s, e.g. 2,4,8."),
+    burstiness: float = typer.Option(None, metavar="SHAPE", help="Open loop: gamma shape; 1 = Poisson, < 1 burstier."),
+    max_concurrency: int = typer.Option(None, metavar="N", help="Open loop: cap on requests in flight."),
 ) -> None:
-    """Measure an engine at each load level and write a run directory."""
+    """Measure engines at each load level and write a run directory for each."""
     stopping.install()
     from bench.flows import measure
     from bench.inputs.options import LoadOverrides
@@ -56,25 +51,30 @@ def sweep(
     _run(jobs, complete, flags)
 
 
-@app.command()
 @measure_command
 def capacity(
     flags: MeasureFlags,
-    slo: list[str] = typer.Option(None, help="A latency target the search must meet, KEY=MILLISECONDS: "
-                                             "ttft_p95_ms, ttfvt_p95_ms, tpot_p95_ms or e2e_p95_ms (repeatable; "
-                                             "default: the scenario's SLO)."),
-    attainment: float = typer.Option(None, help="Share of requests that must meet every target (default: the "
-                                                "scenario's, 0.95)."),
-    tolerance: float = typer.Option(0.05, help="Stop when the highest passing and lowest failing loads are within "
-                                               "this share of each other (never finer than one user)."),
-    start: float = typer.Option(1.0, help="The first load probed (users, or requests/s with --rate)."),
+    slo: list[str] = typer.Option(None, metavar="KEY=MS", rich_help_panel=SLO,
+                                  help="A latency target the search must meet, KEY=MILLISECONDS: "
+                                       "ttft_p95_ms, ttfvt_p95_ms, tpot_p95_ms or e2e_p95_ms (repeatable; "
+                                       "default: the scenario's SLO)."),
+    attainment: float = typer.Option(None, metavar="FRACTION", rich_help_panel=SLO,
+                                     help="Share of requests that must meet every target (default: the "
+                                          "scenario's, 0.95)."),
+    tolerance: float = typer.Option(0.05, metavar="FRACTION",
+                                    help="Stop when the highest passing and lowest failing loads are within "
+                                         "this share of each other (never finer than one user)."),
+    start: float = typer.Option(1.0, metavar="LOAD", help="The first load probed (users, or requests/s with --rate)."),
     rate: bool = typer.Option(False, "--rate", help="Search the arrival rate (open loop) instead of the users."),
-    max_load: float = typer.Option(None, help="The highest load to probe."),
-    max_probes: int = typer.Option(20, help="The most probes a search runs."),
-    burstiness: float = typer.Option(None, help="With --rate: gamma shape; 1 = Poisson, < 1 burstier."),
-    max_concurrency: int = typer.Option(None, help="With --rate: cap on requests in flight."),
+    max_load: float = typer.Option(None, metavar="LOAD", help="The highest load to probe."),
+    max_probes: int = typer.Option(20, metavar="N", help="The most probes a search runs."),
+    burstiness: float = typer.Option(None, metavar="SHAPE",
+                                     help="With --rate: gamma shape; 1 = Poisson, < 1 burstier."),
+    max_concurrency: int = typer.Option(None, metavar="N", help="With --rate: cap on requests in flight."),
 ) -> None:
-    """Find the highest load one replica carries within the SLO (ramp, then narrow down); write capacity.json."""
+    """Find the highest load one replica carries within the SLO, and write capacity.json.
+
+    The search ramps the load up until a probe fails, then narrows down between the last pass and the first fail."""
     stopping.install()
     from bench.flows import measure
     from bench.flows.capacity import CapacityPlan, parse_slo_flags
@@ -170,9 +170,11 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
-@app.command()
-def summarize(run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`.")) -> None:
-    """Recompute a run's summary from its records alone, and print it (with its capacity, if it searched)."""
+def summarize(run_dir: Path = typer.Argument(..., metavar="RUN_DIR",
+                                             help="A run directory written by `bench sweep`.")) -> None:
+    """Recompute a run's summary from its records alone, and print it.
+
+    With its capacity, if it searched; its repeats, sessions, grades and adapters, where it has them."""
     from bench.commands.display import (
         adapter_counts_table,
         adapters_table,
@@ -211,9 +213,8 @@ def summarize(run_dir: Path = typer.Argument(..., help="A run directory written 
         console.print(capacity_line(run.capacity, sessions), highlight=False)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def serve(ctx: typer.Context) -> None:
-    """Run the reference engine alone: an OpenAI-compatible server for any client or chat UI.
+    """Run the reference engine alone: an OpenAI-compatible server for any client or UI.
 
     Takes the engine's own flags (`bench serve --help` lists them): --model, --port, --batching, ...; and
     --replicas N [--router-policy P] (behind vllm-router), --ui [--ui-port P] [--ui-python PY] [--ui-data DIR]
@@ -250,25 +251,35 @@ def _stack_flags(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _add_stack_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--replicas", type=int, help="run N replicas of the engine behind vllm-router")
-    parser.add_argument("--router-policy", default="round_robin",
+    parser.add_argument("--replicas", type=int, metavar="N", help="run N replicas of the engine behind vllm-router")
+    parser.add_argument("--router-policy", default="round_robin", metavar="POLICY",
                         help="the router's policy with --replicas: round_robin (default), cache_aware, power_of_two, "
                              "random, consistent_hash")
     parser.add_argument("--router-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to vllm-router as --KEY VALUE (repeatable), e.g. balance-abs-threshold=4")
     parser.add_argument("--ui", action="store_true", help="Open WebUI in front of the engine")
-    parser.add_argument("--ui-port", type=int, default=8080, help="the UI's port (default 8080)")
-    parser.add_argument("--ui-python", help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
+    parser.add_argument("--ui-port", type=int, default=8080, metavar="PORT", help="the UI's port (default 8080)")
+    parser.add_argument("--ui-python", metavar="PYTHON",
+                        help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
     parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui",
+                        metavar="DIR",
                         help="where the UI keeps its data and the account it signs in with")
 
 
+SERVE_EXAMPLES = examples("bench serve --model default --port 8000",
+                          "bench serve --model default --replicas 2 --router-policy cache_aware",
+                          "bench serve --model default --ui")
+
+
 def _serve_help() -> None:
-    """The engine's flags and `bench serve`'s own (replicas, router, UI), in one help."""
+    """The engine's flags and `bench serve`'s own (replicas, router, UI), in one help, examples last."""
+    import argparse
+
     from engines.reference.serving.options import build_parser
 
     parser = build_parser("bench serve")
     _add_stack_flags(parser.add_argument_group("bench serve's own flags (a stack around the engine)"))
+    parser.formatter_class, parser.epilog = argparse.RawDescriptionHelpFormatter, SERVE_EXAMPLES  # a line each
     parser.print_help()
 
 
@@ -343,18 +354,23 @@ def _without(argv: list[str], *flags: str) -> list[str]:
     return kept
 
 
-@app.command("import")
 def import_(
-    files: list[Path] = typer.Argument(..., help="Result files: vLLM's `vllm bench serve --save-result` JSON (a "
-                                                 "level each), guidellm's benchmarks.json (a level per "
-                                                 "strategy), aiperf's profile_export_aiperf.json (a level each). "
-                                                 "Files at the same load are its repeats."),
-    from_: str = typer.Option(..., "--from", help="The tool that wrote them: vllm, guidellm or aiperf."),
-    engine: str = typer.Option(None, help="The engine that served them (vllm, sglang, ...), where the files don't "
-                                          "say it: they name the client's backend, not the server."),
-    out: Path = typer.Option(Path("runs"), help="Directory that holds the run directories."),
+    files: list[Path] = typer.Argument(..., metavar="FILE",
+                                       help="Result files: vLLM's `vllm bench serve --save-result` JSON (a "
+                                            "level each), guidellm's benchmarks.json (a level per "
+                                            "strategy), aiperf's profile_export_aiperf.json (a level each). "
+                                            "Files at the same load are its repeats."),
+    from_: str = typer.Option(..., "--from", metavar="TOOL",
+                              help="The tool that wrote them: vllm, guidellm or aiperf."),
+    engine: str = typer.Option(None, metavar="NAME",
+                               help="The engine that served them (vllm, sglang, ...), where the files don't "
+                                    "say it: they name the client's backend, not the server."),
+    out: Path = typer.Option(Path("runs"), metavar="DIR", rich_help_panel=OUTPUT,
+                             help="Directory that holds the run directories."),
 ) -> None:
-    """Another tool's saved results as a run directory: bench report, compare and cost read it like a measured one."""
+    """Turn another tool's saved results into a run directory.
+
+    bench report, compare and cost then read it like a measured one."""
     from bench.flows.importing import import_results
     from bench.imports import ImportFileError
 
@@ -365,19 +381,24 @@ def import_(
     console.print(f"run directory: {run_dir}", highlight=False)
 
 
-@app.command()
 def history(
-    runs: Path = typer.Option(Path("runs"), help="The runs folder whose history to read (.history/ in it)."),
-    engine: str = typer.Option(None, help="Only this engine (its name in run.json: reference, vllm, endpoint, ...)."),
-    model: str = typer.Option(None, help="Only this model (as the engine served it)."),
-    level: str = typer.Option(None, help="Only this level, e.g. c32."),
-    metric: str = typer.Option("output_tokens_per_s", help="output_tokens_per_s, request_per_s, ttft_p50_ms, "
-                                                           "ttft_p95_ms, tpot_p50_ms or e2e_p50_ms."),
-    import_runs: list[Path] = typer.Option(None, "--import", help="Run directories made before the history "
-                                                                  "existed, added to it (repeatable)."),
+    runs: Path = typer.Option(Path("runs"), metavar="DIR",
+                              help="The runs folder whose history to read (.history/ in it)."),
+    engine: str = typer.Option(None, metavar="NAME",
+                               help="Only this engine (its name in run.json: reference, vllm, endpoint, ...)."),
+    model: str = typer.Option(None, metavar="MODEL", help="Only this model (as the engine served it)."),
+    level: str = typer.Option(None, metavar="LEVEL", help="Only this level, e.g. c32."),
+    metric: str = typer.Option("output_tokens_per_s", metavar="METRIC",
+                               help="output_tokens_per_s, request_per_s, ttft_p50_ms, ttft_p95_ms, tpot_p50_ms or "
+                                    "e2e_p50_ms."),
+    import_runs: list[Path] = typer.Option(None, "--import", metavar="RUN_DIR",
+                                           help="Run directories made before the history existed, added to it "
+                                                "(repeatable)."),
 ) -> None:
-    """Each configuration's trend, run after run, and whether the newest one regressed (outside the 95 % interval of
-    the earlier runs); writes history.html with the plots."""
+    """Each configuration's trend, run after run, and whether the newest one regressed.
+
+    A regression is a newest run outside the 95 % interval of the earlier ones; writes history.html with the
+    plots, and exits 1 on a regression."""
     from bench.commands.display import history_table
     from bench.flows.history import write_history_page
     from bench.flows.report import run_precision
@@ -408,14 +429,15 @@ def history(
         raise typer.Exit(1)
 
 
-@app.command()
 def export(
-    run_dir: Path = typer.Argument(..., help="A run directory written by `bench sweep`."),
-    format: str = typer.Option(..., "--format", help="llmd-report (llm-d's Benchmark Report 0.1, one JSON file a "
-                                                     "level) or csv (one row a level, every figure)."),
-    out: Path = typer.Option(None, help="Folder to write in (default: the run directory)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory written by `bench sweep`."),
+    format: str = typer.Option(..., "--format", metavar="llmd-report|csv",
+                               help="llmd-report (llm-d's Benchmark Report 0.1, one JSON file a level) or csv (one "
+                                    "row a level, every figure)."),
+    out: Path = typer.Option(None, metavar="DIR", rich_help_panel=OUTPUT,
+                             help="Folder to write in (default: the run directory)."),
 ) -> None:
-    """Write a run in another tool's format: llm-d's Benchmark Report, or a CSV for a spreadsheet."""
+    """Write a run in another tool's format: llm-d's Benchmark Report, or CSV for a spreadsheet."""
     from bench.flows.export import ExportError, export_run
 
     try:
@@ -426,9 +448,11 @@ def export(
         console.print(str(path), highlight=False)
 
 
-@app.command()
-def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side.")) -> None:
-    """Several runs side by side: each level of each engine, with output tokens/s relative to the first run."""
+def compare(run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR",
+                                                  help="Run directories to put side by side.")) -> None:
+    """Put several runs side by side, level by level.
+
+    Each level of each engine, with output tokens/s relative to the first run."""
     from bench.commands.display import comparison_table
     from bench.run.rundir import RunDirError, read_run
 
@@ -439,7 +463,6 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Run directories to 
     console.print(comparison_table([(run.run_dir, run.info.source(), list(run.summaries)) for run in runs]))
 
 
-@app.command()
 def engines() -> None:
     """Every engine kind, and whether it can run on this machine (and why not)."""
     from bench.commands.display import engines_table
@@ -448,9 +471,8 @@ def engines() -> None:
     console.print(engines_table(availability()))
 
 
-@app.command()
 def clean(dry_run: bool = typer.Option(False, help="Only list what would be removed.")) -> None:
-    """Stop the engine processes and remove the containers that a bench command which died left behind."""
+    """Stop the engines and remove the containers a bench command that died left behind."""
     from engines import lifeline
     from engines.docker import docker_client
     from engines.launch import EngineStartError
@@ -493,6 +515,44 @@ def _warn_about_leftovers(containers: bool) -> None:
     if found:
         names = ", ".join(item.describe() for item in found[:5]) + (" ..." if len(found) > 5 else "")
         warn(f"{len(found)} engine(s) left running by a bench command that died: {names}; `bench clean` removes them")
+
+
+# Registered in the order a user works: measure, decide, look at the results, then tools (their panels and
+# order in `bench --help`: helptext.COMMAND_PANELS).
+app.command("sweep", epilog=examples(
+    "bench sweep --concurrency 1,8,32 --duration 30",
+    "bench sweep --engine vllm --model Qwen/Qwen2.5-0.5B-Instruct --rate 2,4,8",
+    "bench sweep --dataset prompts.jsonl --concurrency 8 --repeats 3"))(sweep)
+app.command("capacity", epilog=examples(
+    "bench capacity --slo ttft_p95_ms=500 --slo tpot_p95_ms=40",
+    "bench capacity --engine vllm --rate --start 0.5 --repeats 3"))(capacity)
+app.command("tune", epilog=tune_cmd.EXAMPLES)(measure_command(tune_cmd.tune))
+app.command("quality", epilog=quality_cmd.EXAMPLES)(measure_command(quality_cmd.quality))
+app.command("report", epilog=report_cmd.REPORT_EXAMPLES)(report_cmd.report)
+app.command("cost", cls=report_cmd.CostHelpCommand, epilog=report_cmd.COST_EXAMPLES)(report_cmd.cost)
+app.command("plan", epilog=plan_cmd.EXAMPLES)(plan_cmd.plan)
+app.command("compare", epilog=examples(
+    "bench compare runs/RUN_A runs/RUN_B",
+    "bench compare runs/*-reference-chat runs/*-vllm-chat"))(compare)
+app.command("summarize", epilog=examples(
+    "bench summarize runs/RUN_DIR",
+    "bench summarize runs/tune-FOLDER/RUN_DIR"))(summarize)
+app.command("import", epilog=examples(
+    "bench import results/c8.json results/c32.json --from vllm",
+    "bench import benchmarks.json --from guidellm --engine vllm"))(import_)
+app.command("export", epilog=examples(
+    "bench export runs/RUN_DIR --format llmd-report",
+    "bench export runs/RUN_DIR --format csv --out sheets/"))(export)
+app.command("history", epilog=examples(
+    "bench history",
+    "bench history --engine vllm --level c32 --metric ttft_p95_ms",
+    "bench history --import runs/RUN_DIR"))(history)
+app.command("serve", add_help_option=False,
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
+app.command("engines", epilog=examples("bench engines", "bench engines | grep vllm"))(engines)
+app.add_typer(lora_cmd.app, name="lora")
+app.command("clean", epilog=examples("bench clean --dry-run", "bench clean"))(clean)
+app.command("doctor", rich_help_panel="Serve and tools")(doctor_cmd.doctor)
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

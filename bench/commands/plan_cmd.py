@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from bench.commands.helptext import OUTPUT, examples
+
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from rich.table import Table
 
@@ -19,6 +21,11 @@ MODEL_HELP = (
     "(tiny, smollm2-135m, llama-3.2-1b, llama-3.1-8b: the reference engine's) or default."
 )
 GPU_HELP = "A GPU from the catalog, e.g. h100-sxm, h200, a100-80gb, l40s, l4 (an unknown name lists them all)."
+EXAMPLES = examples(
+    "bench plan --model dummy:llama-3.1-8b --gpu h100-sxm --context 8192",
+    "bench plan --model model.gguf --gpu l4 --kv-dtype fp8 --batch 1,8,32",
+    "bench plan --model dummy:llama-3.1-8b --gpu l40s --tensor-parallel-size 2 --json",
+)
 
 
 def plan(
@@ -47,16 +54,20 @@ def plan(
         0.9, metavar="FRACTION", help="Share of each GPU's memory the engine takes, like vLLM's gpu-memory-utilization."
     ),
     batch: str = typer.Option(
-        None, metavar="SIZES", help="Batch sizes, e.g. 1,8,32 (default: 1,8,32,128 and the most sequences that fit)."
+        None, metavar="N,N,...", help="Batch sizes, e.g. 1,8,32 (default: 1,8,32,128 and the most sequences that fit)."
     ),
     kv_tokens_read: int = typer.Option(
         None,
         metavar="TOKENS",
         help="KV tokens each sequence reads per decode step (default: --context, the worst case).",
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print every figure as JSON instead of the table."),
+    json_output: bool = typer.Option(
+        False, "--json", rich_help_panel=OUTPUT, help="Print every figure as JSON instead of the table."
+    ),
 ) -> None:
-    """Before measuring: weight bytes, KV bytes per token, the sequences that fit and the decode-step floor."""
+    """Before measuring: what a model needs on a GPU, and how fast it can decode there.
+
+    Weight bytes, KV bytes per token, the sequences that fit and the memory-bound decode-step floor."""
     import json
 
     from bench.commands.console import console, fail

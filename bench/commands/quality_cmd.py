@@ -15,6 +15,11 @@ from rich.markup import escape
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail
 from bench.commands.flags import MeasureFlags
+from bench.commands.helptext import examples
+
+EXAMPLES = examples("bench quality",
+                    "bench quality --eval my_eval.jsonl --engine-file a.yaml --engine-file b.yaml",
+                    "bench quality --engine-arg weights-dtype=int8 --against runs/RUN_DIR")
 
 # Shared measuring flags a quality run sets itself (bench.flows.quality.asked_once), refused with the reason
 # rather than taken and then overwritten.
@@ -30,23 +35,27 @@ def quality(
     flags: MeasureFlags,
     eval: Path = typer.Option(None, "--eval", help="A JSONL eval: {\"prompt\" or \"messages\", \"answer\", "
                                                    "\"grader\", \"category\"} a line (default: the shipped eval "
-                                                   "of the quality scenario)."),
-    concurrency: int = typer.Option(1, help="Users asking at once (the answers may change under load)."),
+                                                   "of the quality scenario).", metavar="FILE"),
+    concurrency: int = typer.Option(1, help="Users asking at once (the answers may change under load).", metavar="N"),
     against: str = typer.Option(None, help="A reference to compare with, answer by answer: a run directory of an "
                                            "earlier `bench quality`, an engine file (.yaml) or an engine kind "
                                            "(asked first). Works without labels: identical answers, and the "
-                                           "same first token with --logprobs."),
+                                           "same first token with --logprobs.", metavar="RUN_DIR|FILE|KIND"),
     logprobs: bool = typer.Option(False, help="Ask for logprobs, so first tokens compare (llama.cpp, vLLM, SGLang "
                                               "and OpenAI return them; the reference engine refuses them)."),
     lm_eval: str = typer.Option(None, "--lm-eval", help="Run lm-evaluation-harness TASK(s) (comma-separated, "
                                                         "generation tasks) against each engine instead "
-                                                        "($BENCH_LMEVAL: its own environment)."),
+                                                        "($BENCH_LMEVAL: its own environment).",
+                                metavar="TASK,TASK,..."),
     lm_eval_include: Path = typer.Option(None, help="A folder of lm-eval task YAMLs (e.g. a task over a local "
-                                                    "JSONL file), passed as its --include_path."),
-    lm_eval_limit: int = typer.Option(None, min=1, help="lm-eval: only the first N documents of each task."),
+                                                    "JSONL file), passed as its --include_path.", metavar="DIR"),
+    lm_eval_limit: int = typer.Option(None, min=1, metavar="N",
+                                      help="lm-eval: only the first N documents of each task."),
 ) -> None:
-    """Grade each engine's answers to one eval (greedy, every item once): accuracy with its 95 % interval, by
-    grader and category, written to quality.json; engines compared item by item (exact McNemar)."""
+    """Grade each engine's answers to one eval, and compare the engines answer by answer.
+
+    Greedy, every item once: accuracy with its 95 % interval, by grader and category, written to quality.json;
+    engines compared item by item (exact McNemar)."""
     stopping.install()
     from bench.commands.display import quality_runs_table
     from bench.flows.quality import QualityError, QualityPlan, run_quality

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from typer.core import TyperCommand
+from rich.markup import escape
+
+from bench.commands.helptext import ADVANCED, LOAD, OUTPUT, WORKLOAD, BenchCommand, examples
 
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from rich.console import Console
@@ -39,23 +41,22 @@ class GpuPricing(str, enum.Enum):
     SERVERLESS = "serverless"
 
 
-class PlainHelpCommand(TyperCommand):
-    """Click's own help layout, which wraps each flag's help under it at any width; rich's table cuts long
-    flag names short on an 80-column terminal."""
+REPORT_EXAMPLES = examples("bench report runs/RUN_DIR --gpu h100-sxm --monthly-tokens 3e9",
+                           "bench report runs/RUN_A runs/RUN_B --provider llama-3.1-8b --out report.html",
+                           "bench report runs/RUN_DIR --gpu-price 2.5 --prices my-prices.yaml")
+COST_EXAMPLES = examples("bench cost --throughput 2400 --gpu h100-sxm --monthly-tokens 3e9",
+                         "bench cost --throughput 2400 --provider llama-3.1-8b --adapters 16",
+                         "bench cost --throughput 900 --gpu l4 --gpu-pricing spot --json")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # click's own, passed through
-        super().__init__(*args, **kwargs)
-        self.rich_markup_mode = None
 
-
-class CostHelpCommand(PlainHelpCommand):
+class CostHelpCommand(BenchCommand):
     """`bench cost --help` names the GPUs the shipped catalog prices today, kind by kind (a row ages out of
     the defaults after a year), read when the help is asked for."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:  # click's signature
         for param in self.params:
             if param.name == "gpu":
-                param.help = gpu_help()  # type: ignore[attr-defined]
+                param.help = escape(gpu_help())  # type: ignore[attr-defined]
         super().format_help(ctx, formatter)
 
 
@@ -77,23 +78,32 @@ def _headroom(value: float | None) -> float | None:
 
 
 def report(
-    run_dirs: list[Path] = typer.Argument(..., help="Run directories written by `bench sweep` (one per engine)."),
-    scenario: str = typer.Option(None, help="Scenario (file or shipped name) whose SLO, traffic, pricing and "
-                                            "requirements to use; default: the one the first run was measured with."),
-    gpu: str = typer.Option(None, help=GPU_HELP),
-    gpu_price: float = typer.Option(None, min=0, help="Your own GPU price, USD per GPU-hour (wins over --gpu's)."),
-    gpus_per_replica: int = typer.Option(None, min=1, help="GPUs one engine replica runs on."),
-    provider: list[str] = typer.Option(None, help=PROVIDER_HELP),
-    monthly_tokens: float = typer.Option(None, min=0, help="Input + output tokens per month, e.g. 3e9."),
-    monthly_tasks: float = typer.Option(None, min=0, help="Agent sessions: tasks (sessions) per month, e.g. 2e5."),
-    min_accuracy: float = typer.Option(None, min=0, max=1, help="The least share of the eval answered right "
-                                                               "(`bench quality`): an option whose 95 % interval "
-                                                               "lies below it can't win, e.g. 0.6."),
-    prices: list[Path] = typer.Option(None, help="Your own price YAML: adds rows, or replaces rows with the same id."),
-    out: Path = typer.Option(None, help="The HTML report to write (report.md, report.json and plots/ beside it); "
-                                        "default RUN_DIR/report.html for one run, ./report.html for several."),
+    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR",
+                                          help="Run directories written by `bench sweep` (one per engine)."),
+    scenario: str = typer.Option(None, metavar="NAME|FILE",
+                                 help="Scenario (file or shipped name) whose SLO, traffic, pricing and requirements "
+                                      "to use; default: the one the first run was measured with."),
+    gpu: str = typer.Option(None, metavar="NAME|ROW", help=GPU_HELP),
+    gpu_price: float = typer.Option(None, min=0, metavar="USD",
+                                    help="Your own GPU price, USD per GPU-hour (wins over --gpu's)."),
+    gpus_per_replica: int = typer.Option(None, min=1, metavar="N", help="GPUs one engine replica runs on."),
+    provider: list[str] = typer.Option(None, metavar="ROW|MODEL", help=PROVIDER_HELP),
+    monthly_tokens: float = typer.Option(None, min=0, metavar="N", rich_help_panel=WORKLOAD,
+                                         help="Input + output tokens per month, e.g. 3e9."),
+    monthly_tasks: float = typer.Option(None, min=0, metavar="N", rich_help_panel=WORKLOAD,
+                                        help="Agent sessions: tasks (sessions) per month, e.g. 2e5."),
+    min_accuracy: float = typer.Option(None, min=0, max=1, metavar="FRACTION",
+                                       help="The least share of the eval answered right (`bench quality`): an option "
+                                            "whose 95 % interval lies below it can't win, e.g. 0.6."),
+    prices: list[Path] = typer.Option(None, metavar="FILE", rich_help_panel=ADVANCED,
+                                      help="Your own price YAML: adds rows, or replaces rows with the same id."),
+    out: Path = typer.Option(None, metavar="FILE", rich_help_panel=OUTPUT,
+                             help="The HTML report to write (report.md, report.json and plots/ beside it); default "
+                                  "RUN_DIR/report.html for one run, ./report.html for several."),
 ) -> None:
-    """Decide from measured runs: self-host or pay per token. Writes HTML, Markdown and JSON."""
+    """Decide from measured runs whether to self-host or pay per token.
+
+    Writes the report in HTML, Markdown and JSON, with its plots."""
     from bench.commands.console import console, fail
     from bench.flows.report import ReportError, render_report
     from costmodel.prices import PriceError
@@ -125,26 +135,32 @@ def cost(
                                  help="Scenario whose traffic, pricing and requirements are the defaults."),
     gpu: str = typer.Option(None, metavar="NAME|ROW", help=GPU_HELP),
     gpu_price: float = typer.Option(None, min=0, metavar="USD", help="Your own GPU price, USD per GPU-hour."),
-    gpu_pricing: GpuPricing = typer.Option(None, help="How the GPU is rented: reserved kinds bill all 730 h a "
-                                                      "month, serverless only the hours used."),
-    gpus_per_replica: int = typer.Option(None, min=1, max=64, metavar="K", help="GPUs one replica runs on."),
+    gpu_pricing: GpuPricing = typer.Option(None, metavar="KIND",
+                                           help="How the GPU is rented: on-demand, spot, reserved, reserved-1y, "
+                                                "reserved-3y or serverless. Reserved kinds bill all 730 h a month, "
+                                                "serverless only the hours used."),
+    gpus_per_replica: int = typer.Option(None, min=1, max=64, metavar="N", help="GPUs one replica runs on."),
     provider: list[str] = typer.Option(None, metavar="ROW|MODEL", help=PROVIDER_HELP),
-    monthly_tokens: float = typer.Option(None, min=0, metavar="N", help="Input + output tokens per month, e.g. 3e9."),
-    peak_to_average: float = typer.Option(None, min=1, metavar="X", help="Busiest hour's traffic over the average."),
-    hours: float = typer.Option(None, min=1, max=744, metavar="H",
+    monthly_tokens: float = typer.Option(None, min=0, metavar="N", rich_help_panel=WORKLOAD,
+                                         help="Input + output tokens per month, e.g. 3e9."),
+    peak_to_average: float = typer.Option(None, min=1, metavar="RATIO", rich_help_panel=WORKLOAD,
+                                          help="Busiest hour's traffic over the average."),
+    hours: float = typer.Option(None, min=1, max=744, metavar="HOURS", rich_help_panel=WORKLOAD,
                                 help="Hours of operation per month (730 = always on)."),
-    headroom: float = typer.Option(None, callback=_headroom, metavar="FRACTION",
+    headroom: float = typer.Option(None, callback=_headroom, metavar="FRACTION", rich_help_panel=LOAD,
                                    help="Share of its throughput each replica is planned for, 0<x<=1 (default: the "
                                         "scenario's)."),
-    spare_replicas: int = typer.Option(None, min=0, max=100, metavar="N", help="Replicas kept on beyond the peak."),
-    cache_hit_rate: float = typer.Option(None, min=0, max=1, metavar="FRACTION",
+    spare_replicas: int = typer.Option(None, min=0, max=100, metavar="N", rich_help_panel=LOAD,
+                                       help="Replicas kept on beyond the peak."),
+    cache_hit_rate: float = typer.Option(None, min=0, max=1, metavar="FRACTION", rich_help_panel=WORKLOAD,
                                          help="Share of input tokens a provider bills at its cached price."),
-    batch_api: bool = typer.Option(None, "--batch-api/--no-batch-api", show_default=False,
+    batch_api: bool = typer.Option(None, "--batch-api/--no-batch-api", show_default=False, rich_help_panel=WORKLOAD,
                                    help="Traffic can wait for a provider's batch API (its discount)."),
-    ops_cost: float = typer.Option(None, min=0, metavar="USD", help="Operations cost (people's time), USD a month."),
-    prices: list[Path] = typer.Option(None, metavar="FILE",
+    ops_cost: float = typer.Option(None, min=0, metavar="USD", rich_help_panel=ADVANCED,
+                                   help="Operations cost (people's time), USD a month."),
+    prices: list[Path] = typer.Option(None, metavar="FILE", rich_help_panel=ADVANCED,
                                       help="Your own price YAML: adds rows, or replaces rows of the same id."),
-    owned: list[str] = typer.Option(None, metavar="KEY=VALUE", help=OWNED_HELP),
+    owned: list[str] = typer.Option(None, metavar="KEY=VALUE", rich_help_panel=ADVANCED, help=OWNED_HELP),
     precision: str = typer.Option(None, metavar="DTYPE",
                                   help="The precision the self-hosted weights run in (bf16, fp8, int4...): a "
                                        "compared host that serves another is named."),
@@ -152,9 +168,10 @@ def cost(
                                  help="N LoRA fine-tunes of the model: self-hosted together (the throughput "
                                       "measured with them), each host's serverless LoRA, or N dedicated "
                                       "deployments; the crossover in tokens and in adapters."),
-    json_output: bool = typer.Option(False, "--json", help="Print every figure as JSON instead of the summary."),
+    json_output: bool = typer.Option(False, "--json", rich_help_panel=OUTPUT,
+                                     help="Print every figure as JSON instead of the summary."),
 ) -> None:
-    """The same answer from numbers typed in: throughput, prices, traffic. No run needed."""
+    """Decide from numbers typed in (throughput, prices, traffic), with no run needed."""
     import json
     from datetime import date
 

@@ -22,6 +22,7 @@ from rich.markup import escape
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags
+from bench.commands.helptext import examples
 from common.private import make_private_dir
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
@@ -29,26 +30,34 @@ if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays 
     from bench.inputs.options import LoadOverrides
 
 
+EXAMPLES = examples("bench tune --grid max-num-seqs=8,32 --grid max-num-batched-tokens=512,2048",
+                    "bench tune --engine vllm --configs configs.yaml --objective cost",
+                    "bench tune --resume runs/tune-20261201T170000Z-reference")
+
+
 def tune(
     flags: MeasureFlags,
-    grid: list[str] = typer.Option(None, help="KEY=V1,V2,...: an engine argument (any --engine-arg key of the "
-                                              "launcher, model included) and the values to try; repeatable, "
-                                              "every combination is tried."),
-    configs: Path = typer.Option(None, help="A YAML file: `configs:` a list of mappings of engine arguments, "
-                                            "each a configuration (instead of --grid)."),
-    objective: str = typer.Option("capacity", help="What `best` means: capacity (users within the SLO), cost "
-                                                   "(per 1M output tokens), throughput (peak output tokens/s) or "
-                                                   "latency (TTFT at the lowest load)."),
-    concurrency: str | None = typer.Option(None, help="Closed-loop levels of each configuration's sweep, e.g. "
-                                                      "1,8,32."),
-    rate: str | None = typer.Option(None, help="Open-loop levels in requests/s, e.g. 2,4,8."),
-    min_accuracy: float | None = typer.Option(None, min=0, max=1, help="With a graded workload (e.g. --scenario "
-                                                                       "quality): a configuration whose accuracy "
-                                                                       "interval lies below this share can't be "
-                                                                       "the best."),
+    grid: list[str] = typer.Option(None, metavar="KEY=V1,V2,...",
+                                   help="An engine argument (any --engine-arg key of the launcher, model included) "
+                                        "and the values to try; repeatable, every combination is tried."),
+    configs: Path = typer.Option(None, metavar="FILE", help="A YAML file: `configs:` a list of mappings of engine "
+                                                           "arguments, each a configuration (instead of --grid)."),
+    objective: str = typer.Option("capacity", metavar="OBJECTIVE",
+                                  help="What `best` means: capacity (users within the SLO), cost (per 1M output "
+                                       "tokens), throughput (peak output tokens/s) or latency (TTFT at the lowest "
+                                       "load)."),
+    concurrency: str | None = typer.Option(None, metavar="N,N,...",
+                                           help="Closed-loop levels of each configuration's sweep, e.g. 1,8,32."),
+    rate: str | None = typer.Option(None, metavar="N,N,...", help="Open-loop levels in requests/s, e.g. 2,4,8."),
+    min_accuracy: float | None = typer.Option(None, min=0, max=1, metavar="FRACTION",
+                                              help="With a graded workload (e.g. --scenario quality): a "
+                                                   "configuration whose accuracy interval lies below this share "
+                                                   "can't be the best."),
 ) -> None:
-    """Try an engine's configurations (the default, then each of a grid or a file): capacity under the SLO,
-    throughput and cost for each, the best marked, and the Pareto front of per-user speed and throughput."""
+    """Measure each configuration of one engine in turn, and mark the best.
+
+    The default configuration, then each of a grid or a file: capacity under the SLO, throughput and cost for
+    each, the best marked, and the Pareto front of per-user speed and throughput."""
     stopping.install()
     from bench.flows.tune import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
     from bench.inputs.options import LoadOverrides

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.markup import escape
 from typer.main import get_command
 from typer.testing import CliRunner
 
 from bench.commands.cli import app
 from bench.commands.flags import MeasureFlags, measure_command
+from bench.commands.helptext import OPTION_PANELS
 
 
 def _options(command: str) -> dict[str | None, typer.core.TyperOption]:
@@ -21,12 +23,14 @@ def _options(command: str) -> dict[str | None, typer.core.TyperOption]:
     return {param.name: param for param in group.commands[command].params if isinstance(param, typer.core.TyperOption)}
 
 
-@pytest.mark.parametrize("command", ["sweep", "capacity", "tune"])
-def test_every_measuring_command_takes_each_field_with_its_default_and_help(command: str) -> None:
+@pytest.mark.parametrize("command", ["sweep", "capacity", "tune", "quality"])
+def test_every_measuring_command_takes_each_field_with_its_default_help_panel_and_value_name(command: str) -> None:
     options = _options(command)
     for field in fields(MeasureFlags):
         option = options[field.name]
-        assert option.help == field.metadata["help"] and option.help
+        assert option.help == escape(field.metadata["help"]) and option.help  # rich markup: shown as written
+        assert option.rich_help_panel == field.metadata["panel"] and option.rich_help_panel in OPTION_PANELS
+        assert option.metavar == ("" if option.is_flag else field.metadata["metavar"]) and option.metavar is not None
         assert option.default == field.default
         assert f"--{field.name.replace('_', '-')}" in option.opts
 
