@@ -15,7 +15,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-DOCKER_PROBE_TIMEOUT_S = 5.0  # a Docker API that accepts and never answers is said not to answer, not waited on
+# A Docker API that accepts and never answers is said not to answer, not waited on; podman's first /version
+# after its service starts took up to 4.7 s on a busy 2-core machine, so a little more than that.
+DOCKER_PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
