@@ -552,7 +552,7 @@ app.command("serve", add_help_option=False,
 app.command("engines", epilog=examples("bench engines", "bench engines | grep vllm"))(engines)
 app.add_typer(lora_cmd.app, name="lora")
 app.command("clean", epilog=examples("bench clean --dry-run", "bench clean"))(clean)
-app.command("doctor", rich_help_panel="Serve and tools")(doctor_cmd.doctor)
+app.command("doctor", rich_help_panel="Serve and tools", epilog=doctor_cmd.EXAMPLES)(doctor_cmd.doctor)
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

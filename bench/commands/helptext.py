@@ -13,6 +13,7 @@ with a plain `app.command(...)` reads like the others.
 from __future__ import annotations
 
 import enum
+import inspect
 import typing
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ class BenchCommand(TyperCommand):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # typer's own, passed through
         super().__init__(*args, **kwargs)
-        self.help, self.epilog, self.short_help = _literal(self.help), _literal(self.epilog), _literal(self.short_help)
+        self.help, self.short_help = _literal(_paragraphs(self.help)), _literal(self.short_help)
+        self.epilog = _literal(self.epilog)
         for param in self.params:
             param.help = _literal(getattr(param, "help", None))  # type: ignore[attr-defined]
             _name_value(param)
@@ -89,7 +91,8 @@ class BenchGroup(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # typer's own, passed through
         super().__init__(*args, **kwargs)
-        self.help, self.epilog, self.short_help = _literal(self.help), _literal(self.epilog), _literal(self.short_help)
+        self.help, self.short_help = _literal(_paragraphs(self.help)), _literal(self.short_help)
+        self.epilog = _literal(self.epilog)
         for panel, names in COMMAND_PANELS.items():
             for name in names:
                 if name in self.commands:
@@ -120,6 +123,16 @@ class BenchTyper(typer.Typer):
 
 def _literal(text: str | None) -> str | None:
     return escape(text) if text else text
+
+
+def _paragraphs(text: str | None) -> str | None:
+    """A docstring's paragraphs, each on one line: rich keeps a line break typer leaves in, so a paragraph
+    wrapped in the source would break mid-sentence on the screen (the epilog's lines are kept: examples)."""
+    if not text:
+        return text
+    parts = inspect.cleandoc(text).split("\n\n")
+    # A paragraph that starts with \b is click's "keep my line breaks".
+    return "\n\n".join(part if part.startswith("\b") else " ".join(part.split()) for part in parts)
 
 
 def _name_value(param: Any) -> None:
