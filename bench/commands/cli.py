@@ -437,7 +437,9 @@ def export(
     out: Path = typer.Option(None, metavar="DIR", rich_help_panel=OUTPUT,
                              help="Folder to write in (default: the run directory)."),
 ) -> None:
-    """Write a run in another tool's format: llm-d's Benchmark Report, or CSV for a spreadsheet."""
+    """Write a run in another tool's format: llm-d's Benchmark Report, or CSV.
+
+    A CSV has one row a level with every figure, for a spreadsheet."""
     from bench.flows.export import ExportError, export_run
 
     try:

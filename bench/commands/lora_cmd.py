@@ -17,7 +17,7 @@ from bench.commands.console import console, fail
 from bench.commands.helptext import OUTPUT, BenchTyper, examples
 
 EXAMPLES = examples("bench lora make --out adapters/",
-                    "bench lora make --base default --rank 16 --targets q_proj,v_proj --count 16 --out adapters/")
+                    "bench lora make --rank 16 --targets q_proj,v_proj --count 16 --out adapters/")
 
 app = BenchTyper(add_completion=False, no_args_is_help=True, help="LoRA adapters for speed tests.", epilog=EXAMPLES)
 

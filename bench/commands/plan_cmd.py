@@ -23,8 +23,8 @@ MODEL_HELP = (
 GPU_HELP = "A GPU from the catalog, e.g. h100-sxm, h200, a100-80gb, l40s, l4 (an unknown name lists them all)."
 EXAMPLES = examples(
     "bench plan --model dummy:llama-3.1-8b --gpu h100-sxm --context 8192",
-    "bench plan --model model.gguf --gpu l4 --kv-dtype fp8 --batch 1,8,32",
-    "bench plan --model dummy:llama-3.1-8b --gpu l40s --tensor-parallel-size 2 --json",
+    "bench plan --model default --gpu l4 --kv-dtype fp8 --batch 1,8,32",
+    "bench plan --model dummy:llama-3.1-8b --gpu l4 --tensor-parallel-size 2 --json",
 )
 
 

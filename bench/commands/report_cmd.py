@@ -46,7 +46,7 @@ REPORT_EXAMPLES = examples("bench report runs/RUN_DIR --gpu h100-sxm --monthly-t
                            "bench report runs/RUN_DIR --gpu-price 2.5 --prices my-prices.yaml")
 COST_EXAMPLES = examples("bench cost --throughput 2400 --gpu h100-sxm --monthly-tokens 3e9",
                          "bench cost --throughput 2400 --provider llama-3.1-8b --adapters 16",
-                         "bench cost --throughput 900 --gpu l4 --gpu-pricing spot --json")
+                         "bench cost --throughput 2400 --gpu h100-sxm --gpu-pricing spot --json")
 
 
 class CostHelpCommand(BenchCommand):
