@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import enum
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,6 @@ class CostHelpCommand(BenchCommand):
 
 
 def gpu_help() -> str:
-    from datetime import date
 
     from costmodel.prices import load_catalog
 
@@ -69,6 +69,14 @@ def gpu_help() -> str:
     listed = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in kinds.items())
     return (f"GPU name, priced at the catalog's median row of --gpu-pricing's kind ({listed}), or a price row id "
             "such as gcp/l4/on-demand.")
+
+
+AS_OF_HELP = ("Judge the prices as on this day, YYYY-MM-DD (default: today): which rows are current and which "
+              "stale, to reproduce an earlier decision.")
+
+
+def _as_of(day: datetime | None) -> date:
+    return day.date() if day is not None else date.today()
 
 
 def _headroom(value: float | None) -> float | None:
@@ -97,6 +105,8 @@ def report(
                                             "whose 95 % interval lies below it can't win, e.g. 0.6."),
     prices: list[Path] = typer.Option(None, metavar="FILE", rich_help_panel=ADVANCED,
                                       help="Your own price YAML: adds rows, or replaces rows with the same id."),
+    as_of: datetime = typer.Option(None, "--as-of", formats=["%Y-%m-%d"], metavar="DATE", rich_help_panel=ADVANCED,
+                                   help=AS_OF_HELP),
     out: Path = typer.Option(None, metavar="FILE", rich_help_panel=OUTPUT,
                              help="The HTML report to write (report.md, report.json and plots/ beside it); default "
                                   "RUN_DIR/report.html for one run, ./report.html for several."),
@@ -112,7 +122,7 @@ def report(
         settings = _settings(scenario, run_dirs[0]).with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
             monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks, min_accuracy=min_accuracy)
-        result = render_report(run_dirs, out, settings=settings, prices=prices or [])
+        result = render_report(run_dirs, out, settings=settings, prices=prices or [], today=_as_of(as_of))
     except (ReportError, PriceError, ValueError) as exc:
         fail(_message(exc))
     except OSError as exc:
@@ -160,6 +170,8 @@ def cost(
                                    help="Operations cost (people's time), USD a month."),
     prices: list[Path] = typer.Option(None, metavar="FILE", rich_help_panel=ADVANCED,
                                       help="Your own price YAML: adds rows, or replaces rows of the same id."),
+    as_of: datetime = typer.Option(None, "--as-of", formats=["%Y-%m-%d"], metavar="DATE", rich_help_panel=ADVANCED,
+                                   help=AS_OF_HELP),
     owned: list[str] = typer.Option(None, metavar="KEY=VALUE", rich_help_panel=ADVANCED, help=OWNED_HELP),
     precision: str = typer.Option(None, metavar="DTYPE",
                                   help="The precision the self-hosted weights run in (bf16, fp8, int4...): a "
@@ -173,7 +185,6 @@ def cost(
 ) -> None:
     """Decide from numbers typed in (throughput, prices, traffic), with no run needed."""
     import json
-    from datetime import date
 
     from bench.commands.console import console, fail
     from bench.inputs.scenario import ScenarioError, load_scenario
@@ -193,7 +204,7 @@ def cost(
         osl = output_tokens if output_tokens is not None else base.workload.output_tokens.mean_tokens()
         catalog = load_catalog(prices or [])
         decision = decide_given(throughput, isl, osl, settings.traffic, settings.pricing, settings.requirements,
-                                catalog, date.today(), precision=precision)
+                                catalog, _as_of(as_of), precision=precision)
     except (ScenarioError, PriceError, ValueError) as exc:
         fail(_message(exc))
     finetunes = None
