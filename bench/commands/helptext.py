@@ -22,6 +22,8 @@ import typer
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from bench.inputs.measure_options import ADVANCED, ENGINE, LOAD, OUTPUT, SLO, WORKLOAD
+
 # `bench --help`'s command list as a user works through it. Typer lists a panel's commands in the order they
 # were registered, and every subcommand group (lora) after every command, so the order is kept here.
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {
@@ -31,7 +33,6 @@ COMMAND_PANELS: dict[str, tuple[str, ...]] = {
     "Serve and tools": ("serve", "engines", "lora", "clean", "doctor"),
 }
 
-ENGINE, WORKLOAD, LOAD, SLO, OUTPUT, ADVANCED = "Engine", "Workload", "Load and bounds", "SLO", "Output", "Advanced"
 OPTION_PANELS = (ENGINE, WORKLOAD, LOAD, SLO, OUTPUT, ADVANCED)
 
 # The value an option takes, named from its type where its declaration names none.

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.commands.flags import MeasureFlags
 from bench.flows import measure
+from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
 from bench.run import rundir
 from engines.endpoint import read_api_key

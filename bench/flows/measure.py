@@ -17,9 +17,9 @@ from typing import Any
 from rich.markup import escape
 
 from bench.commands.console import console, errors, warn
-from bench.commands.flags import MeasureFlags
 from bench.flows.capacity import CapacityPlan
 from bench.flows.sweep import SweepPlan, SweepResult, run_sweep
+from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.commands.flags import MeasureFlags
 from bench.flows import measure
+from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
 from bench.inputs.scenario import Scenario
 from bench.run import rundir

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bench.commands.flags import MeasureFlags
+from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
 from loadgen.replay.formats import is_trace_file
