@@ -46,6 +46,7 @@ from bench.run.runinfo import (
     TelemetryRecord,
     ToolRecord,
 )
+from bench.run.tally import RunTally, TallyingWriter
 from engines.endpoint import EndpointError, context_length, list_models, read_api_key
 from engines.engine_file import EngineFile
 from engines.launch import EngineGone, still_answering
@@ -60,7 +61,7 @@ from loadgen.gpu import find_reader
 from loadgen.pool import ClientPool, run_split_level
 from loadgen.recorder import JsonlWriter
 from loadgen.replay.requests import Replay, check_context, describe, replay_requests
-from loadgen.runner import LevelBounds, LevelContext, LevelRun, run_level_blocking
+from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
 from loadgen.sessions.model import SessionSet
 from loadgen.sessions.runner import SessionLevel
 from loadgen.sessions.stream import SessionStream, describe_sessions
@@ -229,6 +230,8 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
         run_dir = resume.run_dir
         run = replace(resume.run, status="starting", finished_at=None, resumed_at=[*resume.run.resumed_at, _now()])
     rundir.write_run_info(run_dir, run)
+    # Each level summarized from its records as they are written: requests.jsonl is not read back as the run goes.
+    tally = RunTally(run.slo, [s for _, s in resume.finished if s is not None] if resume else ())
     status, started = "interrupted", False
     try:
         with launch(run_dir) as (endpoint, engine):
@@ -244,7 +247,7 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             _check_adapters(plan, endpoint)
             with telemetry.sampling(url if no_telemetry is None else None, run_dir / rundir.TELEMETRY_FILE,
                                     gpu=gpus.sampled), _replica_sampling(engine, run_dir):
-                _run_levels(plan, endpoint, engine, run_dir, run, progress, resume)
+                _run_levels(plan, endpoint, engine, run_dir, run, tally, progress, resume)
         status = "complete"
     except Exception as exc:
         status = f"failed: {type(exc).__name__}: {exc}"
@@ -255,8 +258,8 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             rundir.write_run_info(run_dir, replace(run, status=status, finished_at=_now()))
-            measured = rundir.read_run(run_dir)
-            rundir.write_summaries(run_dir, list(measured.summaries))
+            rundir.write_summaries(run_dir, tally.all_summaries())
+            measured = rundir.read_run(run_dir)  # the run's one read: its report and its history are made from it
             if status == "complete" and measured.summaries:
                 remember_run(measured, plan.runs_root)
     return SweepResult(run_dir, measured, status)
@@ -278,7 +281,7 @@ def remember_run(run: Run, runs_root: Path) -> None:
 
 
 def _run_levels(
-    plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, run: RunInfo,
+    plan: SweepPlan, endpoint: Endpoint, engine: EngineInfo, run_dir: Path, run: RunInfo, tally: RunTally,
     progress: SweepProgress | None, resume: Resume | None,
 ) -> None:
     """Every level the driver asks for; a label not planned up front (a capacity probe) is added to `run`."""
@@ -299,7 +302,7 @@ def _run_levels(
     clients = replace(plan.clients, log_path=run_dir / rundir.WORKERS_LOG)
     own_processes = _own_processes(endpoint, engine)
     first = True
-    with JsonlWriter(run_dir / rundir.REQUESTS_FILE) as records, \
+    with TallyingWriter(run_dir / rundir.REQUESTS_FILE, tally) as records, \
             JsonlWriter(run_dir / rundir.LEVELS_FILE) as levels, clients.session():
         while (level := driver.next_level()) is not None:
             if not first and engine.launched_by == "bench" and not still_answering(endpoint.base_url):
@@ -330,8 +333,10 @@ def _run_levels(
             if before and after:
                 level_run = replace(level_run, machine=machine.load_between(before, after, own_processes,
                                                                           level_run.workers))
-            levels.write(asdict(level_run))
-            summary = _find(_resummarize(run_dir), level_run)
+            row = asdict(level_run)
+            levels.write(row)
+            summary = tally.level_finished(row)
+            rundir.write_summaries(run_dir, tally.summaries)
             driver.level_finished(level, summary)
             if progress:
                 progress.level_finished(summary)
@@ -385,19 +390,6 @@ def _check_adapters(plan: SweepPlan, endpoint: Endpoint) -> None:
         raise EndpointError(f"{endpoint.base_url}/models does not list the adapter{'s' * (len(missing) > 1)} "
                             f"{', '.join(missing)} the traffic asks for (it lists {', '.join(sorted(listed)[:10])}); "
                             "serve them (--lora NAME=PATH or --adapters-dir for an engine bench starts)")
-
-
-def _resummarize(run_dir: Path) -> list[LevelSummary]:
-    try:
-        summaries = rundir.summarize_run(run_dir)
-    except rundir.RunDirError:
-        return []
-    rundir.write_summaries(run_dir, summaries)
-    return summaries
-
-
-def _find(summaries: list[LevelSummary], level_run: LevelRun) -> LevelSummary | None:
-    return next((s for s in summaries if s.level == level_run.level), None)
 
 
 def _run_info(plan: SweepPlan, run_dir: Path) -> RunInfo:

@@ -37,7 +37,7 @@ from bench.run.runinfo import RunInfo
 from common.names import UnsafeNameError, inside, slug
 from common.private import make_private_dir
 from common.secrets import redact
-from loadgen.columns import columns_by_level
+from loadgen.columns import LevelColumns, columns_by_level
 from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
@@ -186,18 +186,21 @@ def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO, i
     records_path = run_dir / REQUESTS_FILE
     if not records_path.is_file():
         return []
-    summaries = []
     # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
-    for level, columns in columns_by_level(read_jsonl(records_path)).items():
-        row = level_runs.get(level, {})
-        client, network, machine = row.get("client"), row.get("network"), row.get("machine")
-        workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
-        ran = (row["wall_s"], row.get("duration_s")) if "wall_s" in row else None
-        summary = summarize_columns(columns, slo, ClientCheck(**client) if client else None,
-                                    ConnectProbe(**network) if network else None, workers,
-                                    MachineLoad.from_json(machine) if machine else None, ran)
-        summaries.append(summary if row else cut_short(summary, columns))
-    return summaries
+    return [level_summary(columns, level_runs.get(level, {}), slo)
+            for level, columns in columns_by_level(read_jsonl(records_path)).items()]
+
+
+def level_summary(columns: LevelColumns, row: dict[str, Any], slo: SLO) -> LevelSummary:
+    """One level's summary from its measured records and its line in levels.jsonl (`row`, as read back; empty:
+    the level never finished, and is cut short)."""
+    client, network, machine = row.get("client"), row.get("network"), row.get("machine")
+    workers = [WorkerRun.from_json(w) for w in row.get("workers") or []]
+    ran = (row["wall_s"], row.get("duration_s")) if "wall_s" in row else None
+    summary = summarize_columns(columns, slo, ClientCheck(**client) if client else None,
+                                ConnectProbe(**network) if network else None, workers,
+                                MachineLoad.from_json(machine) if machine else None, ran)
+    return summary if row else cut_short(summary, columns)
 
 
 def imported_summaries(run_dir: Path, info: RunInfo, slo: SLO) -> list[LevelSummary]:
