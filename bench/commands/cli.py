@@ -21,7 +21,7 @@ from bench.commands.helptext import OUTPUT, SLO, BenchTyper, examples
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     import argparse
 
-    from bench.flows.measure import Describe, Job
+    from bench.flows.measure import Describe, Job, Say
     from engines.reference.serving.options import ServerOptions
     from loadgen.types import LevelSummary
 
@@ -47,7 +47,7 @@ def sweep(
     given = _given(concurrency=(concurrency, None), rate=(rate, None), burstiness=(burstiness, None),
                    max_concurrency=(max_concurrency, None))
     levels = LoadOverrides(concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency)
-    jobs, complete = _jobs(lambda: measure.fresh_jobs(flags, levels), flags, "sweep", given)
+    jobs, complete = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", given)
     _run(jobs, complete, flags)
 
 
@@ -85,7 +85,7 @@ def capacity(
                    rate=(rate, False), max_load=(max_load, None), max_probes=(max_probes, 20),
                    burstiness=(burstiness, None), max_concurrency=(max_concurrency, None))
 
-    def fresh() -> list[measure.Job]:
+    def fresh(say: Say) -> list[measure.Job]:
         levels = LoadOverrides(burstiness=burstiness, max_concurrency=max_concurrency)
         scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, flags, levels)
         target = attainment if attainment is not None else scenario.pricing.slo_attainment_target
@@ -95,7 +95,7 @@ def capacity(
                                 max_probes=max_probes)
         plan = CapacityPlan(search, parse_slo_flags(slo or [], scenario.slo), target, flags.repeats or 1,
                             scenario.load.burstiness, scenario.load.max_concurrency)
-        return measure.fresh_jobs(flags, levels, plan, lambda s: measure.with_slo(s, plan.slo, target))
+        return measure.fresh_jobs(flags, levels, plan, lambda s: measure.with_slo(s, plan.slo, target), say)
 
     jobs, complete = _jobs(fresh, flags, "capacity", given)
     _run(jobs, complete, flags, describe=_describe_probe)
@@ -106,9 +106,10 @@ def _given(**values: tuple[object, object]) -> list[str]:
     return [f"--{name.replace('_', '-')}" for name, (value, default) in values.items() if value not in (default, [])]
 
 
-def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
+def _jobs(fresh: Callable[[Say], list[Job]], flags: MeasureFlags, command: str,
           given: list[str]) -> tuple[list[Job], list[Path]]:
     """The jobs of a fresh run or of `--resume`; a bad flag ends the command with one line."""
+    from bench.commands.display import RichJobWatcher
     from bench.flows import measure
     from bench.inputs.scenario import ScenarioError
     from bench.run.resume import ResumeError
@@ -117,9 +118,10 @@ def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
     from engines.registry import EngineError
 
     try:
+        say = RichJobWatcher().say
         if flags.resume:
-            return measure.resumed_jobs(flags, command, given)
-        return fresh(), []
+            return measure.resumed_jobs(flags, command, given, say)
+        return fresh(say), []
     except (ScenarioError, EndpointError, EngineError, EngineStartError, ResumeError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -129,21 +131,25 @@ def _jobs(fresh: Callable[[], list[Job]], flags: MeasureFlags, command: str,
 def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
          describe: Callable[[Job], Describe | None] | None = None) -> None:
     """Run the jobs, print and report what they measured; exit 1 when an engine failed."""
+    from dataclasses import replace
+
+    from bench.commands.display import RichJobWatcher, show_outcome
     from bench.flows import measure
     from engines.registry import is_container_kind
 
     _warn_about_leftovers(containers=any(is_container_kind(str(job.plan.engine_spec.get("engine"))) for job in jobs))
     try:
-        outcome = measure.run_jobs(jobs, describe or (lambda job: None))
+        outcome = measure.run_jobs(jobs, RichJobWatcher(describe))
     except KeyboardInterrupt:
         errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory "
                      "(go on with --resume RUN_DIR)")
         raise typer.Exit(stopping.exit_code()) from None
-    outcome.already_complete = complete
-    title = jobs[0].plan.scenario.name if jobs else ""
-    code = measure.report_outcome(outcome, title, flags.out, flags.report)
-    if code:
-        raise typer.Exit(code)
+    if flags.report and outcome.results:
+        outcome = replace(outcome, reports=measure.write_reports([r.run_dir for r in outcome.results], flags.out))
+    outcome = replace(outcome, already_complete=tuple(complete))
+    show_outcome(outcome, jobs[0].plan.scenario.name if jobs else "")
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 def _describe_probe(job: Job) -> Describe:
@@ -175,18 +181,8 @@ def summarize(run_dir: Path = typer.Argument(..., metavar="RUN_DIR",
     """Recompute a run's summary from its records alone, and print it.
 
     With its capacity, if it searched; its repeats, sessions, grades and adapters, where it has them."""
-    from bench.commands.display import (
-        adapter_counts_table,
-        adapters_table,
-        capacity_line,
-        quality_table,
-        repeats_table,
-        server_view_table,
-        sessions_table,
-        summary_table,
-    )
+    from bench.commands.display import show_runs
     from bench.run.rundir import RunDirError, read_run, write_summaries
-    from loadgen.arrivals import parse_label
 
     try:
         run = read_run(run_dir)
@@ -195,22 +191,7 @@ def summarize(run_dir: Path = typer.Argument(..., metavar="RUN_DIR",
     if not run.summaries:
         fail(f"{run_dir}: no requests.jsonl; the sweep ended before any request finished")
     write_summaries(run_dir, list(run.summaries))
-    console.print(summary_table(list(run.summaries), title=str(run_dir)))
-    sessions = any(s.sessions is not None for s in run.summaries)
-    if sessions:
-        console.print(sessions_table(list(run.summaries)))
-    if any(s.quality is not None for s in run.summaries):
-        console.print(quality_table(list(run.summaries)))
-    if any(s.adapters is not None for s in run.summaries):
-        console.print(adapters_table(list(run.summaries)))
-    if any(parse_label(s.level).adapters is not None for s in run.summaries):
-        console.print(adapter_counts_table(list(run.summaries), list(run.server_views)))
-    if run.repeated:
-        console.print(repeats_table(list(run.repeated)))
-    if run.server_views:
-        console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {run_dir.name}"))
-    if run.capacity is not None:
-        console.print(capacity_line(run.capacity, sessions), highlight=False)
+    show_runs([(run_dir, run)], title=str(run_dir))
 
 
 def serve(ctx: typer.Context) -> None:

@@ -4,26 +4,35 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from bench.commands.console import console as stdout
+from bench.commands.console import errors, warn
 from bench.flows.tune import ConfigResult
 from bench.run.history import Trend
+from common.private import describe_access
 from common.units import share, usd
 from costmodel.finetunes import FinetuneDecision
 from engines.availability import Availability
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import Level, parse_label
 from loadgen.quality.results import Scores
+from loadgen.repeats import aggregate
 from loadgen.runner import LevelBounds
 from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, RequestRecord, ServerView
 from reports.ui_overhead import UiLevel
+
+if TYPE_CHECKING:
+    from bench.flows.measure import Describe, Job, Outcome
+    from bench.run.rundir import Run
 
 
 class DataTable(Table):
@@ -109,6 +118,106 @@ class RichSweepProgress:
         line = self.describe(summary) if self.describe else None
         if line:
             self.progress.console.print(line, highlight=False)
+
+
+class RichJobWatcher:
+    """Jobs as they run (bench.flows.measure.JobWatcher): each level's progress line, with what `describe`
+    makes of it; plain lines to stdout; an engine that failed while others still run, to stderr."""
+
+    def __init__(self, describe: Callable[[Job], Describe | None] | None = None) -> None:
+        self.describe = describe
+
+    def progress(self, job: Job) -> RichSweepProgress:
+        return RichSweepProgress(stdout, self.describe(job) if self.describe else None)
+
+    def say(self, line: str) -> None:
+        stdout.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def failed(self, engine: str, reason: str) -> None:
+        errors.print(f"[bold red]{escape(engine)} failed:[/] {escape(reason)}", highlight=False, markup=True)
+
+
+def show_outcome(outcome: Outcome, title: str) -> None:
+    """A measuring command's end: what it measured, the reports written, and every failure named."""
+    for run_dir in outcome.already_complete:
+        stdout.print(f"{run_dir}: complete, nothing to resume", markup=False)
+    show_runs([(result.run_dir, result.run) for result in outcome.results if result.run is not None], title,
+              where=True)
+    if outcome.reports is not None:
+        for path in outcome.reports.written:
+            stdout.print(f"report: {path}")
+        if outcome.reports.comparison is not None:
+            stdout.print(f"comparison report: {outcome.reports.comparison}")
+        if outcome.reports.problem is not None:
+            errors.print(f"[yellow]no report:[/] {escape(outcome.reports.problem)} (run `bench report` with the "
+                         "missing options)")
+    _show_failures(outcome)
+
+
+def _show_failures(outcome: Outcome) -> None:
+    if outcome.failures and not outcome.results:  # nothing measured at all: said as a bad flag is
+        for _, reason in outcome.failures:
+            errors.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, markup=True)
+        return
+    for engine, reason in outcome.failures:
+        errors.print(f"[bold red]not measured:[/] {escape(engine)}: {escape(reason)}", highlight=False, markup=True)
+    if outcome.failures:
+        unfinished = " ".join(f"--resume {r.run_dir}" for r in outcome.results if r.status != "complete")
+        errors.print("fix what failed and run it again" + (f" (unfinished: {unfinished})" if unfinished else ""),
+                     highlight=False)
+
+
+def show_runs(runs: Sequence[tuple[Path, Run]], title: str, where: bool = False) -> None:
+    """What runs measured, as `bench summarize` and a finished sweep print it: every run's levels together,
+    then each run's own views (its server's metrics, adapter counts, replicas, capacity); `where`: each run's
+    directory and who may read it (a sweep just made them; `bench summarize` was given it)."""
+    summaries = [summary for _, run in runs for summary in run.summaries]
+    if summaries:
+        stdout.print(summary_table(summaries, title=title))
+    if any(s.sessions is not None for s in summaries):
+        stdout.print(sessions_table(summaries))
+    if any(s.quality is not None for s in summaries):
+        stdout.print(quality_table(summaries))
+    if any(s.adapters is not None for s in summaries):
+        stdout.print(adapters_table(summaries))
+    repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
+    if repeated:
+        stdout.print(repeats_table(repeated))
+    _show_ui_overhead(summaries)
+    for run_dir, run in runs:
+        _show_run_views(run_dir, run, where)
+
+
+def _show_run_views(run_dir: Path, run: Run, where: bool) -> None:
+    name = run_dir.name
+    ui = run.info.engine.details.ui
+    if ui is not None and ui.page is not None and ui.page.why_not:
+        warn(f"{ui.name}'s page was not checked in a browser: {ui.page.why_not}")
+    if run.server_views:
+        stdout.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
+    if any(parse_label(s.level).adapters is not None for s in run.summaries):
+        stdout.print(adapter_counts_table(list(run.summaries), list(run.server_views)))
+    if run.replica_views:
+        budgets = {i: r.budget_text for i, r in enumerate(run.info.engine.details.replicas) if r.budget_text}
+        stdout.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}",
+                                        budgets=budgets))
+    if run.capacity is not None:
+        stdout.print(capacity_line(run.capacity, any(s.sessions is not None for s in run.summaries)),
+                     highlight=False)
+    if where:
+        stdout.print(f"run directory: {escape(str(run_dir))}, {describe_access(run_dir)}", highlight=False,
+                     soft_wrap=True)
+
+
+def _show_ui_overhead(summaries: list[LevelSummary]) -> None:
+    """Each engine measured direct and through Open WebUI (`--through-ui`): the two side by side."""
+    from engines.openwebui import VIA_UI
+    from reports.ui_overhead import bottleneck_sentence, pairs_through_ui
+
+    for direct, levels in pairs_through_ui(summaries, VIA_UI).items():
+        if levels:
+            stdout.print(ui_overhead_table(levels, title=f"{direct}: direct and through Open WebUI"))
+            stdout.print(bottleneck_sentence(levels), highlight=False)
 
 
 def capacity_line(capacity: dict[str, Any], sessions: bool = False) -> str:

@@ -57,7 +57,7 @@ def quality(
     Greedy, every item once: accuracy with its 95 % interval, by grader and category, written to quality.json;
     engines compared item by item (exact McNemar)."""
     stopping.install()
-    from bench.commands.display import quality_runs_table
+    from bench.commands.display import RichJobWatcher, quality_runs_table
     from bench.flows.quality import QualityError, QualityPlan, run_quality
     from bench.inputs.scenario import ScenarioError
     from engines.endpoint import EndpointError
@@ -73,7 +73,7 @@ def quality(
         _lm_eval(flags, lm_eval, lm_eval_include, lm_eval_limit, concurrency)
         return
     try:
-        outcome = run_quality(flags, QualityPlan(eval, concurrency, against, logprobs))
+        outcome = run_quality(flags, QualityPlan(eval, concurrency, against, logprobs), RichJobWatcher())
     except (QualityError, ScenarioError, EndpointError, EngineError, EngineStartError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -97,7 +97,7 @@ def quality(
 
 def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | None, concurrency: int) -> None:
     """lm-eval against each engine; its scores printed, and written to each run's quality.json."""
-    from bench.commands.display import DataTable
+    from bench.commands.display import DataTable, RichJobWatcher
     from bench.flows.lm_eval import LmEvalError, LmEvalPlan, find_lm_eval, run_lm_eval
     from engines.endpoint import EndpointError
     from engines.launch import EngineStartError
@@ -107,7 +107,8 @@ def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | 
         fail(f"--lm-eval-include {include}: no such folder (a folder of lm-eval task YAMLs)")
     try:
         python = find_lm_eval()
-        runs, failures = run_lm_eval(flags, LmEvalPlan(task, include, concurrency, limit), python)
+        runs, failures = run_lm_eval(flags, LmEvalPlan(task, include, concurrency, limit), python,
+                                     RichJobWatcher().say)
     except (LmEvalError, EndpointError, EngineError, EngineStartError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

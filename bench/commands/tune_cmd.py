@@ -115,14 +115,16 @@ def tune(
 
 def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides) -> bool:
     """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json."""
+    from bench.commands.display import RichJobWatcher
     from bench.flows import measure
 
+    watch = RichJobWatcher()
     console.rule(f"{entry.config.name}", style="dim")
     before = set(plan.folder.iterdir())
     try:
         if entry.run_dir and entry.status == "interrupted":
             jobs, finished = measure.resumed_jobs(MeasureFlags(resume=[plan.folder / entry.run_dir], out=plan.folder),
-                                                  "sweep", [])
+                                                  "sweep", [], watch.say)
             if finished:  # it ended before tune.json heard of it
                 entry.status = "complete"
                 plan.save()
@@ -130,10 +132,10 @@ def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOver
                 return True
         else:
             entry.run_dir = None  # a configuration run afresh: an earlier failed run is not its figures
-            jobs = measure.fresh_jobs(_config_flags(flags, plan, entry.config.args), levels)
+            jobs = measure.fresh_jobs(_config_flags(flags, plan, entry.config.args), levels, say=watch.say)
         if len(jobs) != 1:
             raise RuntimeError(f"a tune configuration is one job, not {len(jobs)}")
-        outcome = measure.run_jobs(jobs)
+        outcome = measure.run_jobs(jobs, watch)
     except KeyboardInterrupt:
         entry.run_dir = entry.run_dir or _new_run_dir(plan.folder, before)
         entry.status = "interrupted"

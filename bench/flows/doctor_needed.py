@@ -16,8 +16,6 @@ import socket
 import sys
 from pathlib import Path
 
-from rich.filesize import decimal
-
 from bench.flows.doctor_types import Finding
 from engines.convert import default_gguf
 from engines.launch import EngineStartError
@@ -119,7 +117,7 @@ def _readable_model(path: Path, what: str) -> Finding:
         return Finding("model", "not usable", f"{what} {path} can't be read by this user",
                        f"chmod a+r {path}, or run as its owner")
     size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.glob("*.safetensors"))
-    return Finding("model", "ok", f"{what}: {path} ({decimal(size)})")
+    return Finding("model", "ok", f"{what}: {path} ({_in_bytes(size)})")
 
 
 def check_runs_folder(out: Path) -> Finding:
@@ -134,9 +132,10 @@ def check_runs_folder(out: Path) -> Finding:
     free = shutil.disk_usage(existing).free
     where = f"{out}" if existing == out.absolute() else f"{out} (made at the first run, in {existing})"
     if free < MIN_FREE_BYTES:
-        return Finding(name, "not usable", f"{decimal(free)} free for {where}; a sweep wants {decimal(MIN_FREE_BYTES)}",
+        return Finding(name, "not usable",
+                       f"{_in_bytes(free)} free for {where}; a sweep wants {_in_bytes(MIN_FREE_BYTES)}",
                        "free some space, or give --out DIR on a larger disk")
-    return Finding(name, "ok", f"{decimal(free)} free for {where}")
+    return Finding(name, "ok", f"{_in_bytes(free)} free for {where}")
 
 
 def check_ports() -> Finding:
@@ -153,3 +152,13 @@ def check_ports() -> Finding:
         return Finding(name, "not usable", f"can't bind and reach a port on 127.0.0.1: {exc}",
                        "bring up the loopback interface (ip link set lo up) or allow this user to bind ports")
     return Finding(name, "ok", f"a free port bound and reached ({port})")
+
+
+def _in_bytes(size: int) -> str:
+    """`1.2 GB`: powers of 1000, as disks are sold (written here: a flow does not import rich, the printer)."""
+    if size < 1000:
+        return "1 byte" if size == 1 else f"{size:,} bytes"
+    for power, suffix in enumerate(("kB", "MB", "GB", "TB", "PB"), start=1):
+        if size < 1000 ** (power + 1) or suffix == "PB":
+            break
+    return f"{size / 1000 ** power:,.1f} {suffix}"

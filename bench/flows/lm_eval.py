@@ -108,15 +108,15 @@ def read_scores(output: Path) -> dict[str, dict[str, Any]]:
     return scores
 
 
-def run_lm_eval(flags: MeasureFlags, plan: LmEvalPlan, lm_eval_python: Path) -> tuple[list[LmEvalRun],
-                                                                                          list[tuple[str, str]]]:
+def run_lm_eval(flags: MeasureFlags, plan: LmEvalPlan, lm_eval_python: Path,
+                say: measure.Say = measure.silent) -> tuple[list[LmEvalRun], list[tuple[str, str]]]:
     """lm-eval against each engine in turn: the run directory holds lm-eval's output and log, and quality.json its
     scores with the engine's info. An engine that fails is named and the rest go on."""
     from engines.endpoint import EndpointError
     from engines.launch import EngineStartError
     from engines.registry import EngineError
 
-    jobs = measure.fresh_jobs(replace(flags, scenario=flags.scenario or "quality"), LoadOverrides())
+    jobs = measure.fresh_jobs(replace(flags, scenario=flags.scenario or "quality"), LoadOverrides(), say=say)
     runs, failures = [], []
     for job in jobs:
         run_dir = rundir.new_run_dir(flags.out, job.plan.engine_kind, f"lm-eval-{_safe(plan.task)}")

@@ -1,5 +1,6 @@
 """The flow of a measuring command (`bench sweep`, `bench capacity`): flags or run directories to resume ->
-one run per engine -> what was measured printed and reported, and every failure named.
+one run per engine -> what was measured reported, and every failure named, as an `Outcome` the command prints.
+Nothing here prints: lines for the person running it go through the command's `Say` and `JobWatcher`.
 
 An engine that fails to start or stops answering does not end the command: the other engines still run,
 their results are printed and reported, the failure is named at the end, and the exit code is 1 (2 when
@@ -10,30 +11,25 @@ what is missing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from rich.markup import escape
-
-from bench.commands.console import console, errors, warn
 from bench.flows.capacity import CapacityPlan
-from bench.flows.sweep import SweepPlan, SweepResult, run_sweep
+from bench.flows.sweep import SweepPlan, SweepProgress, SweepResult, run_sweep
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
 from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
-from common.private import describe_access
 from common.secrets import REDACTED
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
 from engines.types import Launcher
 from loadgen.adapters import plan_adapters
-from loadgen.arrivals import parse_label
 from loadgen.datasets import PromptTokenizer
 from loadgen.pool import ClientPool
-from loadgen.repeats import aggregate
 from loadgen.replay.requests import Replay
 from loadgen.sessions.model import SessionSet
 from loadgen.types import SLO, LevelSummary
@@ -42,6 +38,12 @@ DEFAULT_SCENARIO = "chat"
 
 # After each level, a line about its summary (None: the level measured nothing), or None to say nothing.
 Describe = Callable[[LevelSummary | None], str | None]
+# A line for the person running the command (the command prints it, plain text).
+Say = Callable[[str], None]
+
+
+def silent(line: str) -> None:
+    """A `Say` for callers that show nothing."""
 
 
 @dataclass(frozen=True)
@@ -51,18 +53,57 @@ class Job:
     resume: Resume | None = None
 
 
-@dataclass
+class JobWatcher(Protocol):
+    """What the command shows while jobs run: each job's progress, a plain line, an engine that failed while
+    others still run."""
+
+    def progress(self, job: Job) -> AbstractContextManager[SweepProgress | None]: ...
+
+    def say(self, line: str) -> None: ...
+
+    def failed(self, engine: str, reason: str) -> None: ...
+
+
+class Silent:
+    """A `JobWatcher` that shows nothing (a library caller, a test)."""
+
+    def progress(self, job: Job) -> AbstractContextManager[SweepProgress | None]:
+        return nullcontext()
+
+    def say(self, line: str) -> None:
+        pass
+
+    def failed(self, engine: str, reason: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The reports written at the end: each run's, the comparison of several, or why (the rest) could not be."""
+
+    written: tuple[Path, ...] = ()
+    comparison: Path | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
-    results: list[SweepResult]
-    failures: list[tuple[str, str]]  # engine, what went wrong
-    already_complete: list[Path]
+    results: tuple[SweepResult, ...]
+    failures: tuple[tuple[str, str], ...]  # engine, what went wrong
+    already_complete: tuple[Path, ...] = ()
+    reports: Reports | None = None  # None: none asked for (--no-report), or nothing measured
+
+    @property
+    def exit_code(self) -> int:
+        """0: all measured; 1: an engine failed, the others measured; 2: nothing measured (as for a bad flag)."""
+        return 0 if not self.failures else 1 if self.results else 2
 
 
 UI_KIND = "openwebui"  # `--engine openwebui`: the reference engine, direct and through Open WebUI
 
 
 def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacity: CapacityPlan | None = None,
-               adjust: Callable[[Scenario], Scenario] | None = None) -> list[Job]:
+               adjust: Callable[[Scenario], Scenario] | None = None, say: Say = silent) -> list[Job]:
     """One job per engine given (by kind or engine file); raises ValueError-like errors naming the flag."""
     from engines.process import parse_engine_args
     from engines.registry import make_launcher
@@ -85,7 +126,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                         router_args=parse_engine_args(flags.router_arg or []),
                         replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
-    specs = [_with_served_model(spec) for spec in specs]
+    specs = [_with_served_model(spec, say) for spec in specs]
     if adapters is not None and adapters.served:  # the adapters go to every engine bench starts
         specs = [spec.model_copy(update={"lora": {**adapters.served, **spec.lora}}) for spec in specs]
     if through_ui:  # each engine direct first, then with the UI in front: the same workload both ways
@@ -101,14 +142,13 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                 make_launcher(spec)) for spec in specs]
 
 
-def _with_served_model(spec: EngineFile) -> EngineFile:
+def _with_served_model(spec: EngineFile, say: Say) -> EngineFile:
     """An endpoint given no --model: the one model it serves, said before anything runs."""
     from engines.registry import with_served_model
 
     chosen = with_served_model(spec)
     if chosen.model != spec.model:
-        console.print(f"--model not given: {spec.base_url} serves one model, {chosen.model!r}", markup=False,
-                      highlight=False, soft_wrap=True)
+        say(f"--model not given: {spec.base_url} serves one model, {chosen.model!r}")
     return chosen
 
 
@@ -127,7 +167,8 @@ def _split(listed: str | None) -> list[str]:
     return [part.strip() for part in (listed or "").split(",") if part.strip()]
 
 
-def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> tuple[list[Job], list[Path]]:
+def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],
+                 say: Say = silent) -> tuple[list[Job], list[Path]]:
     """The jobs that go on with `flags.resume`'s run directories, and those already complete."""
     from engines.registry import make_launcher
 
@@ -158,7 +199,7 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str]) -> t
                          adapters=plan_adapters(scenario.workload.adapters, scenario.workload.seed))
         launcher = make_launcher(spec)
         shown = [f"resuming {run_dir}, which launches what its run.json says:", *launch_preview(spec)]
-        console.print("\n  ".join(shown), highlight=False, markup=False, soft_wrap=True)  # before anything runs
+        say("\n  ".join(shown))  # before anything runs
         jobs.append(Job(plan, launcher, prepare(run_dir, run)))
     return jobs, complete
 
@@ -190,125 +231,48 @@ def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, ot
                           "run.json")
 
 
-def run_jobs(jobs: list[Job], describe: Callable[[Job], Describe | None] = lambda job: None) -> Outcome:
+def run_jobs(jobs: list[Job], watch: JobWatcher | None = None) -> Outcome:
     """Each job in turn; an engine that fails to start or stops answering is named and the rest go on.
     Ctrl-C (or SIGTERM, SIGHUP) ends them all: KeyboardInterrupt is the caller's."""
-    from bench.commands.display import RichSweepProgress
     from engines.endpoint import EndpointError
     from engines.launch import EngineGone, EngineStartError
     from engines.registry import EngineError
     from loadgen.pool import WorkerFailed
     from loadgen.replay.formats import DatasetError
 
-    outcome = Outcome([], [], [])
+    watch = watch or Silent()
+    results, failures = [], []
     for job in jobs:
         if job.resume is not None and job.resume.discarded:
-            console.print(f"resuming {job.resume.run_dir.name}: {len(job.resume.finished)} level(s) kept; "
-                          f"{', '.join(job.resume.discarded)} cut short, run again", markup=False)
+            watch.say(f"resuming {job.resume.run_dir.name}: {len(job.resume.finished)} level(s) kept; "
+                      f"{', '.join(job.resume.discarded)} cut short, run again")
         try:
-            with RichSweepProgress(console, describe(job)) as progress:
-                outcome.results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
+            with watch.progress(job) as progress:
+                results.append(run_sweep(job.plan, job.launcher, progress, job.resume))
         except (EndpointError, EngineError, EngineStartError, EngineGone, DatasetError, WorkerFailed) as exc:
             if job is not jobs[-1]:  # said at once when other engines still run; at the end in any case
-                errors.print(f"[bold red]{escape(job.plan.engine_kind)} failed:[/] {escape(str(exc))}", highlight=False,
-                             markup=True)
-            outcome.failures.append((job.plan.engine_kind, str(exc)))
-    return outcome
+                watch.failed(job.plan.engine_kind, str(exc))
+            failures.append((job.plan.engine_kind, str(exc)))
+    return Outcome(tuple(results), tuple(failures))
 
 
-def report_outcome(outcome: Outcome, title: str, out: Path, write_reports: bool) -> int:
-    """Print what was measured, write the reports, name the failures; the command's exit code."""
-    from bench.commands.display import (
-        adapter_counts_table,
-        adapters_table,
-        capacity_line,
-        quality_table,
-        repeats_table,
-        replica_view_table,
-        server_view_table,
-        sessions_table,
-        summary_table,
-    )
-
-    for run_dir in outcome.already_complete:
-        console.print(f"{run_dir}: complete, nothing to resume", markup=False)
-    summaries = [s for result in outcome.results for s in result.summaries]
-    if summaries:
-        console.print(summary_table(summaries, title=title))
-    if any(s.sessions is not None for s in summaries):
-        console.print(sessions_table(summaries))
-    if any(s.quality is not None for s in summaries):
-        console.print(quality_table(summaries))
-    if any(s.adapters is not None for s in summaries):
-        console.print(adapters_table(summaries))
-    repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]
-    if repeated:
-        console.print(repeats_table(repeated))
-    _print_ui_overhead(summaries)
-    for result in outcome.results:
-        run = result.run
-        if run is None:
-            continue
-        name = result.run_dir.name
-        ui = run.info.engine.details.ui
-        if ui is not None and ui.page is not None and ui.page.why_not:
-            warn(f"{ui.name}'s page was not checked in a browser: {ui.page.why_not}")
-        if run.server_views:
-            console.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
-        if any(parse_label(s.level).adapters is not None for s in run.summaries):
-            console.print(adapter_counts_table(list(run.summaries), list(run.server_views)))
-        if run.replica_views:
-            budgets = {i: r.budget_text for i, r in enumerate(run.info.engine.details.replicas) if r.budget_text}
-            console.print(replica_view_table(list(run.replica_views), title=f"each replica behind the router: {name}",
-                                             budgets=budgets))
-        if run.capacity is not None:
-            console.print(capacity_line(run.capacity, any(s.sessions is not None for s in run.summaries)),
-                          highlight=False)
-        console.print(f"run directory: {escape(str(result.run_dir))}, {describe_access(result.run_dir)}",
-                      highlight=False, soft_wrap=True)
-    if write_reports and outcome.results:
-        _write_reports([result.run_dir for result in outcome.results], out)
-    if not outcome.failures:
-        return 0
-    if not outcome.results:  # nothing measured at all: said as a bad flag is, one line per engine
-        for _, reason in outcome.failures:
-            errors.print(f"[bold red]error:[/] {escape(reason)}", highlight=False, markup=True)
-        return 2
-    for engine, reason in outcome.failures:
-        errors.print(f"[bold red]not measured:[/] {escape(engine)}: {escape(reason)}", highlight=False, markup=True)
-    unfinished = " ".join(f"--resume {r.run_dir}" for r in outcome.results if r.status != "complete")
-    errors.print("fix what failed and run it again" + (f" (unfinished: {unfinished})" if unfinished else ""),
-                 highlight=False)
-    return 1
-
-
-def _print_ui_overhead(summaries: list[LevelSummary]) -> None:
-    """Each engine measured direct and through Open WebUI (`--through-ui`): the two side by side."""
-    from bench.commands.display import ui_overhead_table
-    from engines.openwebui import VIA_UI
-    from reports.ui_overhead import bottleneck_sentence, pairs_through_ui
-
-    for direct, levels in pairs_through_ui(summaries, VIA_UI).items():
-        if levels:
-            console.print(ui_overhead_table(levels, title=f"{direct}: direct and through Open WebUI"))
-            console.print(bottleneck_sentence(levels), highlight=False)
-
-
-def _write_reports(run_dirs: list[Path], out: Path) -> None:
+def write_reports(run_dirs: list[Path], out: Path) -> Reports:
     """One report per run, and one that compares them when several engines ran. A report that can't be made
-    (e.g. the scenario names no GPU price) is a warning: the measurements are safe."""
+    (e.g. the scenario names no GPU price) is named as the problem: the measurements are safe."""
     from bench.flows.report import ReportError, render_report, render_run_report
     from costmodel.prices import PriceError
 
+    written: list[Path] = []
     try:
         for run_dir in run_dirs:
             if (path := render_run_report(run_dir)) is not None:
-                console.print(f"report: {path}")
+                written.append(path)
         if len(run_dirs) > 1:
             combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
-            console.print(f"comparison report: {combined.files.html}")
+            return Reports(tuple(written), combined.files.html)
     except (ReportError, PriceError) as exc:
-        errors.print(f"[yellow]no report:[/] {escape(str(exc))} (run `bench report` with the missing options)")
+        return Reports(tuple(written), problem=str(exc))
+    return Reports(tuple(written))
 
 
 def load_replay(scenario: Scenario, tokenizer: PromptTokenizer | None) -> Replay | None:

@@ -92,12 +92,13 @@ def eval_items(replay: Replay) -> list[EvalItem]:
     return items
 
 
-def quality_jobs(flags: MeasureFlags, plan: QualityPlan) -> tuple[list[measure.Job], measure.Job | Path | None]:
+def quality_jobs(flags: MeasureFlags, plan: QualityPlan,
+                 say: measure.Say = measure.silent) -> tuple[list[measure.Job], measure.Job | Path | None]:
     """One job per engine; and the --against reference: a job of its own (an engine kind or file), or a run
     directory."""
     flags = quality_flags(flags, plan)
     adjust = lambda scenario: asked_once(scenario, plan)  # noqa: E731 - one use
-    jobs = measure.fresh_jobs(flags, LoadOverrides(), adjust=adjust)
+    jobs = measure.fresh_jobs(flags, LoadOverrides(), adjust=adjust, say=say)
     if plan.against is None:
         return jobs, None
     against = Path(plan.against)
@@ -110,14 +111,15 @@ def quality_jobs(flags: MeasureFlags, plan: QualityPlan) -> tuple[list[measure.J
                            "file (.yaml)")
     else:
         reference = replace(flags, engine=[plan.against], engine_file=None)
-    (job,) = measure.fresh_jobs(reference, LoadOverrides(), adjust=adjust)
+    (job,) = measure.fresh_jobs(reference, LoadOverrides(), adjust=adjust, say=say)
     return jobs, job
 
 
-def run_quality(flags: MeasureFlags, plan: QualityPlan) -> QualityOutcome:
+def run_quality(flags: MeasureFlags, plan: QualityPlan, watch: measure.JobWatcher | None = None) -> QualityOutcome:
     """Every engine asked the eval; each run scored and compared with the baseline; quality.json written.
     The baseline is --against, else the first engine that ran."""
-    jobs, against = quality_jobs(flags, plan)
+    watch = watch or measure.Silent()
+    jobs, against = quality_jobs(flags, plan, watch.say)
     replay = jobs[0].plan.replay
     assert replay is not None  # asked_once refused a scenario without an eval
     items = eval_items(replay)
@@ -126,8 +128,8 @@ def run_quality(flags: MeasureFlags, plan: QualityPlan) -> QualityOutcome:
     if isinstance(against, Path):
         baseline = _read_against(against, items, replay)
     elif against is not None:
-        baseline = _run_one(against, items, failures)
-    runs = [run for job in jobs if (run := _run_one(job, items, failures)) is not None]
+        baseline = _run_one(against, items, failures, watch)
+    runs = [run for job in jobs if (run := _run_one(job, items, failures, watch)) is not None]
     if baseline is None and against is None and len(runs) > 1:
         baseline, runs = runs[0], runs[1:]
     if baseline is not None:
@@ -139,9 +141,10 @@ def run_quality(flags: MeasureFlags, plan: QualityPlan) -> QualityOutcome:
     return QualityOutcome(runs, baseline, failures)
 
 
-def _run_one(job: measure.Job, items: list[EvalItem], failures: list[tuple[str, str]]) -> QualityRun | None:
+def _run_one(job: measure.Job, items: list[EvalItem], failures: list[tuple[str, str]],
+             watch: measure.JobWatcher) -> QualityRun | None:
     """One engine asked the eval (None when it failed: the failure is added to `failures`)."""
-    outcome = measure.run_jobs([job])
+    outcome = measure.run_jobs([job], watch)
     failures += outcome.failures
     if not outcome.results:
         return None
