@@ -145,7 +145,8 @@ def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
                      "(go on with --resume RUN_DIR)")
         raise typer.Exit(stopping.exit_code()) from None
     if flags.report and outcome.results:
-        outcome = replace(outcome, reports=measure.write_reports([r.run_dir for r in outcome.results], flags.out))
+        read = [r.run or r.run_dir for r in outcome.results]  # each run as its sweep read it: not read again
+        outcome = replace(outcome, reports=measure.write_reports(read, flags.out))
     outcome = replace(outcome, already_complete=tuple(complete))
     show_outcome(outcome, jobs[0].plan.scenario.name if jobs else "")
     if outcome.exit_code:

@@ -23,6 +23,7 @@ from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
 from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
+from bench.run.rundir import Run
 from common.secrets import REDACTED
 from engines.endpoint import read_api_key
 from engines.engine_file import EngineFile, load_engine_file
@@ -256,9 +257,10 @@ def run_jobs(jobs: list[Job], watch: JobWatcher | None = None) -> Outcome:
     return Outcome(tuple(results), tuple(failures))
 
 
-def write_reports(run_dirs: list[Path], out: Path) -> Reports:
-    """One report per run, and one that compares them when several engines ran. A report that can't be made
-    (e.g. the scenario names no GPU price) is named as the problem: the measurements are safe."""
+def write_reports(run_dirs: list[Path | Run], out: Path) -> Reports:
+    """One report per run, and one that compares them when several engines ran (a run given as a sweep read it
+    is not read again). A report that can't be made (e.g. the scenario names no GPU price) is named as the
+    problem: the measurements are safe."""
     from bench.flows.report import ReportError, render_report, render_run_report
     from costmodel.prices import PriceError
 
@@ -268,7 +270,8 @@ def write_reports(run_dirs: list[Path], out: Path) -> Reports:
             if (path := render_run_report(run_dir)) is not None:
                 written.append(path)
         if len(run_dirs) > 1:
-            combined = render_report(run_dirs, out / f"compare-{run_dirs[0].name}.html")
+            first = run_dirs[0].run_dir if isinstance(run_dirs[0], Run) else run_dirs[0]
+            combined = render_report(run_dirs, out / f"compare-{first.name}.html")
             return Reports(tuple(written), combined.files.html)
     except (ReportError, PriceError) as exc:
         return Reports(tuple(written), problem=str(exc))

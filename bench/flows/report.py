@@ -29,9 +29,9 @@ from bench.flows.costinputs import (
     with_power,
 )
 from bench.flows.report_plan import memory_plan
-from bench.inputs.scenario import DecisionSettings
+from bench.inputs.scenario import DecisionSettings, Scenario
 from bench.run import rundir
-from bench.run.rundir import Run, read_quality
+from bench.run.rundir import Run
 from bench.run.runinfo import RunInfo
 from common.accuracy import Accuracy
 from costmodel.bill import level_bill
@@ -47,8 +47,6 @@ from engines.openwebui import VIA_UI
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.figures import accuracy
-from loadgen.recorder import read_jsonl
-from loadgen.sessions.figures import pick_lane
 from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
 from reports.data import report_verdict
 from reports.inputs import ReportInput, ReportRun
@@ -71,20 +69,22 @@ class Report:
     decision: Decision
 
 
-def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings: DecisionSettings | None = None,
+def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, settings: DecisionSettings | None = None,
                   prices: Sequence[Path] = (), today: date | None = None, notes: Sequence[str] = ()) -> Report:
-    """Write the report for `run_dirs`. `settings` default to the scenario recorded in the first run; `notes`
-    are said of every run (how it was chosen, e.g. by `bench tune`).
+    """Write the report for `run_dirs` (a run already read, such as a sweep's own, is not read again). `settings`
+    default to the scenario recorded in the first run; `notes` are said of every run (how it was chosen, e.g. by
+    `bench tune`).
 
     Raises ReportError (NothingToReport when nothing was measured) or costmodel.prices.PriceError (a bad
     price file or name); both carry a message meant for the user."""
-    run_dirs = [Path(d) for d in run_dirs]
     if not run_dirs:
         raise ReportError("give at least one run directory")
     if settings is None:
-        is_run = (run_dirs[0] / rundir.RUN_FILE).is_file()
-        settings = settings_from_run(run_dirs[0]) if is_run else DecisionSettings()
+        first = run_dirs[0]
+        settings = (_settings_of(first.info.scenario) if isinstance(first, Run) else settings_from_run(Path(first))
+                    if (Path(first) / rundir.RUN_FILE).is_file() else DecisionSettings())
     runs, skipped = read_runs(run_dirs, settings.slo)
+    run_dirs = [run.run_dir if isinstance(run, Run) else Path(run) for run in run_dirs]
     labels = _unique_labels(runs)
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
@@ -111,7 +111,7 @@ def render_report(run_dirs: Sequence[Path], out: Path | None = None, *, settings
 
 def run_accuracy(run: Run) -> Accuracy | None:
     """A run's accuracy on its eval: quality.json's (`bench quality`), else its graded levels' pooled."""
-    written = read_quality(run.run_dir)
+    written = run.quality
     if written is not None and written.get("n"):
         return Accuracy(written["accuracy"], written["low"], written["high"], written["n"])
     graded = [s.quality for s in run.summaries if s.quality is not None]
@@ -138,13 +138,14 @@ def run_precision(run: Run) -> str | None:
     return None
 
 
-def render_run_report(run_dir: Path) -> Path | None:
+def render_run_report(run_dir: Path | Run) -> Path | None:
     """The report of one finished (or interrupted) sweep, next to its records: `<run_dir>/report.html`.
 
     None when the run measured nothing. Raises ReportError / PriceError when the scenario's pricing can't
     be used (e.g. no GPU named); a sweep should print that message and carry on."""
     try:
-        return render_report([Path(run_dir)], Path(run_dir) / REPORT_NAME).files.html
+        folder = run_dir.run_dir if isinstance(run_dir, Run) else Path(run_dir)
+        return render_report([run_dir if isinstance(run_dir, Run) else folder], folder / REPORT_NAME).files.html
     except NothingToReport:
         return None
 
@@ -188,7 +189,7 @@ def _capacity_level(run: Run) -> MeasuredLevel | None:
     """What a capacity search found: the level at each repeat's capacity, folded into one."""
     if run.capacity is None:
         return None
-    labels = [r["capacity_label"] for r in run.capacity["repeats"] if r.get("capacity_label")]
+    labels = run.capacity.capacity_labels
     found = [s for s in run.summaries if s.level in labels]
     if not found:
         return None
@@ -223,14 +224,16 @@ def num_adapters(runs: Sequence[Run]) -> int | None:
     return len(names) or None
 
 
-def read_runs(run_dirs: Sequence[Path], slo: SLO | None = None) -> tuple[list[Run], list[str]]:
-    """Every run directory that has measurements, each read once, and a line for each one skipped (and why)."""
+def read_runs(run_dirs: Sequence[Path | Run], slo: SLO | None = None) -> tuple[list[Run], list[str]]:
+    """Every run directory that has measurements, each read once (one given as read, and judged by `slo`, is kept
+    as it is), and a line for each one skipped (and why)."""
     runs, skipped = [], []
-    for run_dir in run_dirs:
-        if not Path(run_dir).is_dir():
+    for given in run_dirs:
+        run_dir = given.run_dir if isinstance(given, Run) else Path(given)
+        if not run_dir.is_dir():
             raise ReportError(f"{run_dir}: no such directory (expected a run directory written by `bench sweep`)")
         try:
-            run = rundir.read_run(Path(run_dir), slo)
+            run = given if isinstance(given, Run) and slo in (None, given.info.slo) else rundir.read_run(run_dir, slo)
         except rundir.RunDirError as exc:
             skipped.append(str(exc))
             continue
@@ -288,7 +291,8 @@ def _session_lane(run: Run, tasks: TaskDecision | None) -> SessionLane | None:
     if not levels:
         return None
     point = tasks.costs.level if tasks is not None and tasks.costs is not None else None
-    return pick_lane(read_jsonl(run.run_dir / rundir.REQUESTS_FILE), point if point in levels else levels[-1])
+    drawn = point if point in levels else levels[-1]
+    return next((lane for lane in run.session_lanes if lane.level == drawn), None)
 
 
 def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
@@ -307,7 +311,8 @@ def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
         replica_budgets=tuple(r.budget_text for r in details.replicas if r.budget_text),
         ui=asdict(details.ui) if details.ui else None, ui_screenshot=run.ui_screenshot,
         ui_levels=_ui_levels(run, through_ui), gpu_names=None if gpus is None else tuple(gpus),
-        provenance=_provenance(info), repeated=run.repeated, capacity=run.capacity, dataset=info.dataset,
+        provenance=_provenance(info), repeated=run.repeated,
+        capacity=run.capacity.to_json() if run.capacity else None, dataset=info.dataset,
         workload=_workload_text(info), keep_text=bool(info.scenario and info.scenario.workload.keep_text),
         bills=_bills(run, decision, catalog), plan=memory_plan(run), session_lane=_session_lane(run, tasks),
         adapter_counts=tuple(adapter_counts(run.summaries)))
@@ -388,6 +393,10 @@ def settings_from_run(run_dir: Path) -> DecisionSettings:
         scenario = rundir.read_run_info(run_dir).scenario
     except rundir.RunDirError as exc:
         raise ReportError(f"{exc} (expected a run directory written by `bench sweep`)") from None
+    return _settings_of(scenario)
+
+
+def _settings_of(scenario: Scenario | None) -> DecisionSettings:
     if scenario is None:
         return DecisionSettings()
     return DecisionSettings(slo=scenario.slo, traffic=scenario.traffic, pricing=scenario.pricing,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
-from bench.run import rundir
+from bench.run.enginelog import EngineLogFacts
 from bench.run.rundir import Run
 from bench.run.runinfo import RunInfo
 from costmodel.plan import DEFAULT_MEMORY_FRACTION, Plan, PlanInputs, assumptions, decode_ceiling, make_plan
@@ -40,13 +39,6 @@ GPU_NAMES: tuple[tuple[str, str | None], ...] = (
     (r"\bb200\b", "b200"),
     (r"\bmi300x\b", "mi300x"),
 )
-
-# An engine's own KV capacity, in tokens, as its log states it at start-up.
-KV_LOG_LINES = (
-    (re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens"), "vLLM's log line 'GPU KV cache size: N tokens'"),
-    (re.compile(r"max_total_num_tokens=(\d+)"), "SGLang's log line 'max_total_num_tokens=N'"),
-)
-
 
 def memory_plan(run: Run) -> dict[str, Any] | None:
     """The plan block of one run; None for an endpoint the user ran."""
@@ -100,7 +92,7 @@ def _plan_block(run: Run) -> dict[str, Any]:
         "kv_bytes_per_token": m.kv_bytes_per_token,
         "kv_tokens_that_fit": m.kv_tokens_that_fit,
         "sequences_that_fit": m.sequences_that_fit,
-        "engine_kv": engine_kv_capacity(run.run_dir / rundir.ENGINE_LOG, info.engine.name, m.kv_tokens_that_fit),
+        "engine_kv": engine_kv_capacity(run.engine_log, info.engine.name, m.kv_tokens_that_fit),
         "levels": _levels(run, plan, batches, replicas),
         "assumptions": [*assumptions(plan), _batch_assumption(replicas)],
     }
@@ -192,25 +184,21 @@ def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> lis
     return rows
 
 
-def engine_kv_capacity(log: Path, engine: str, plan_tokens: int) -> dict[str, Any]:
+def engine_kv_capacity(log: EngineLogFacts, engine: str, plan_tokens: int) -> dict[str, Any]:
     """The KV capacity the engine itself states, beside the plan's; where it states none, what it does publish."""
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    for pattern, source in KV_LOG_LINES:
-        found = pattern.findall(text)
-        if found:  # the last: an engine started again logs it again
-            tokens = int(found[-1].replace(",", ""))
-            return {
-                "capacity_tokens": tokens,
-                "plan_tokens": plan_tokens,
-                "ratio_to_plan": tokens / plan_tokens,
-                "source": f"{source} in engine.log",
-            }
+    if log.kv_tokens is not None:
+        return {
+            "capacity_tokens": log.kv_tokens,
+            "plan_tokens": plan_tokens,
+            "ratio_to_plan": log.kv_tokens / plan_tokens,
+            "source": f"{log.kv_source} in engine.log",
+        }
     if engine == "reference":
         source = (
             "not published: the reference engine's /metrics give its KV cache usage "
             "(vllm:kv_cache_usage_perc), not its capacity; the usage per level is beside the plan's"
         )
-    elif log.is_file():
+    elif log.exists:
         source = f"not published: {engine}'s engine.log states no KV cache size this report reads"
     else:
         source = "not published: the run has no engine.log"

@@ -8,7 +8,7 @@
                          client workers: each worker's check, clock offset and start-up)
         summary.csv      one LevelSummary per level (also summary.json); rebuilt by `bench summarize`
         repeats.json     with --repeats: each level's headline figures as mean, 95 % interval and values
-        capacity.json    a capacity search's answer and every probe (bench.flows.capacity)
+        capacity.json    a capacity search's answer and every probe (bench.run.capacity_record)
         quality.json     `bench quality`: the eval's accuracy by grader and category, the comparison with the
                          baseline (bench.flows.quality)
         telemetry.jsonl  the server's /metrics sampled every second, when it publishes them
@@ -24,7 +24,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from bench.flows.capacity import read_capacity
+from bench.run.capacity_record import CapacityRecord, read_capacity
+from bench.run.enginelog import NO_LOG, EngineLogFacts, read_engine_log
 from bench.run.runinfo import RunInfo
 from common.names import UnsafeNameError, inside, slug
 from common.private import make_private_dir
@@ -42,6 +43,7 @@ from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
 from loadgen.recorder import read_jsonl
 from loadgen.repeats import aggregate
+from loadgen.sessions.figures import pick_lane
 from loadgen.telemetry import gpu_view, server_view, summed_view
 from loadgen.types import (
     SLO,
@@ -51,6 +53,7 @@ from loadgen.types import (
     MachineLoad,
     RepeatedLevel,
     ServerView,
+    SessionLane,
     WorkerRun,
 )
 
@@ -109,7 +112,9 @@ def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:
 class Run:
     """A run directory read once: what ran (run.json), each level's summary recomputed from its records (in
     the order the levels ran), what the server, its GPUs and each replica behind a router saw during each
-    level, a capacity search's answer (capacity.json) and the UI's page as a browser saw it."""
+    level, a capacity search's answer (capacity.json), the UI's page as a browser saw it, the eval's scores
+    (quality.json), what engine.log states, and each level's agent session a report draws: all a report needs,
+    so nothing after `read_run` opens a file of the run."""
 
     run_dir: Path
     info: RunInfo
@@ -118,8 +123,11 @@ class Run:
     server_views: tuple[ServerView, ...] = ()
     gpu_views: tuple[GpuView, ...] = ()
     replica_views: tuple[tuple[int, ServerView], ...] = ()  # (replica index, its view of a level)
-    capacity: dict[str, Any] | None = None  # capacity.json as written: the answer, its repeats, every probe
+    capacity: CapacityRecord | None = None  # capacity.json: the answer, its repeats, every probe
     ui_screenshot: bytes | None = None
+    quality: dict[str, Any] | None = None  # quality.json as written (`bench quality`)
+    engine_log: EngineLogFacts = NO_LOG  # what engine.log states (the engine's KV capacity)
+    session_lanes: tuple[SessionLane, ...] = ()  # agent sessions: each level's session a report draws
 
     @property
     def repeated(self) -> tuple[RepeatedLevel, ...]:
@@ -148,8 +156,9 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
     ui = info.engine.details.ui
     screenshot = _kept_file(run_dir, ui.page.screenshot) if ui and ui.page and ui.page.screenshot else None
     replicas = _replica_views(run_dir, spans)
+    lanes: list[SessionLane] = []
     return Run(
-        run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo, info)),
+        run_dir=run_dir, info=info, summaries=tuple(_summaries(run_dir, level_runs, slo or info.slo, info, lanes)),
         finished=tuple(level_runs) if info.imported is None else tuple(info.levels),  # an import: every level ended
         # Behind a router the server is its replicas: their views summed (the router's own port serves no
         # engine series, or one replica's).
@@ -159,6 +168,7 @@ def read_run(run_dir: Path, slo: SLO | None = None) -> Run:
         replica_views=tuple(replicas),
         capacity=read_capacity(run_dir),
         ui_screenshot=screenshot.read_bytes() if screenshot is not None and screenshot.is_file() else None,
+        quality=read_quality(run_dir), engine_log=read_engine_log(run_dir / ENGINE_LOG), session_lanes=tuple(lanes),
     )
 
 
@@ -180,15 +190,36 @@ def summarize_run(run_dir: Path, slo: SLO | None = None) -> list[LevelSummary]:
 IMPORTED_FOLDER = "imported"  # an imported run's source files, read again each time the run is read
 
 
-def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO, info: RunInfo) -> list[LevelSummary]:
+def _summaries(run_dir: Path, level_runs: dict[str, dict[str, Any]], slo: SLO, info: RunInfo,
+               lanes: list[SessionLane] | None = None) -> list[LevelSummary]:
+    """Each level's summary; with `lanes`, each level's session to draw added to it, from the same one read."""
     if info.imported is not None:
         return imported_summaries(run_dir, info, slo)
     records_path = run_dir / REQUESTS_FILE
     if not records_path.is_file():
         return []
+    calls: dict[str, list[dict[str, Any]]] = {}
+    rows = read_jsonl(records_path) if lanes is None else _noting_calls(read_jsonl(records_path), calls)
     # Read as columns, a row at a time: memory grows by a few bytes per token, not by a record object.
-    return [level_summary(columns, level_runs.get(level, {}), slo)
-            for level, columns in columns_by_level(read_jsonl(records_path)).items()]
+    summaries = [level_summary(columns, level_runs.get(level, {}), slo)
+                 for level, columns in columns_by_level(rows).items()]
+    if lanes is not None:
+        lanes += [lane for level, rows_of in calls.items() if (lane := pick_lane(rows_of, level)) is not None]
+    return summaries
+
+
+LANE_KEYS = ("level", "session_id", "session_requests", "ok", "agent", "step", "send_s", "end_s")
+
+
+def _noting_calls(rows: Iterable[dict[str, Any]], calls: dict[str, list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """The rows passed on; each agent session's measured call kept on the way, by level, in brief: what a swim
+    lane draws (`pick_lane`), its first chunk's time of all its chunks."""
+    for row in rows:
+        if row.get("session_id") and not row.get("is_warmup"):
+            brief = {key: row.get(key) for key in LANE_KEYS}
+            brief["chunk_times_s"] = (row.get("chunk_times_s") or [])[:1]
+            calls.setdefault(row["level"], []).append(brief)
+        yield row
 
 
 def level_summary(columns: LevelColumns, row: dict[str, Any], slo: SLO) -> LevelSummary:

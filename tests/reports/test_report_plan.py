@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bench.flows.report_plan import NO_GPU, catalog_gpu, memory_plan
+from bench.run.enginelog import read_engine_log
 from bench.run.rundir import Run
 from bench.run.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
 from engines.engine_file import EngineFile
@@ -137,7 +138,7 @@ def test_vllms_kv_cache_size_in_its_log_is_the_engines_capacity(tmp_path: Path) 
         "INFO 05-06 12:00:01 [kv_cache_utils.py:716] GPU KV cache size: 411,728 tokens\n"
         "INFO 05-06 12:00:01 [kv_cache_utils.py:720] Maximum concurrency for 131,072 tokens per request: 3.14x\n"
     )
-    plan = memory_plan(run_of(tmp_path, engine="vllm"))
+    plan = memory_plan(run_of(tmp_path, engine="vllm", engine_log=read_engine_log(tmp_path / "engine.log")))
     assert plan is not None
     kv = plan["engine_kv"]
     assert (kv["capacity_tokens"], kv["plan_tokens"]) == (411728, 426784)
