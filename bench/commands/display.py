@@ -17,6 +17,7 @@ from rich.text import Text
 from bench.commands.console import console as stdout
 from bench.commands.console import errors, warn
 from bench.flows.tune import ConfigResult
+from bench.run.capacity_record import CapacityRecord
 from bench.run.history import Trend
 from common.private import describe_access
 from common.units import share, usd
@@ -220,23 +221,23 @@ def _show_ui_overhead(summaries: list[LevelSummary]) -> None:
             stdout.print(bottleneck_sentence(levels), highlight=False)
 
 
-def capacity_line(capacity: dict[str, Any], sessions: bool = False) -> str:
+def capacity_line(capacity: CapacityRecord, sessions: bool = False) -> str:
     """`capacity: 61 users (lowest failing 64; within 5 % ...; 9 probes)`, from capacity.json; of agent sessions,
     in sessions alive (or starting a second)."""
     units = ("sessions alive", "sessions/s") if sessions else ("users", "requests/s")
-    unit = units[0] if capacity["kind"] == "concurrency" else units[1]
-    repeats = capacity["repeats"]
-    probes = sum(r["num_probes"] for r in repeats)
-    if capacity["capacity"] is None:
-        return f"capacity: none found ({'; '.join(capacity['stopped_because'])}; {probes} probes)"
-    spread = capacity.get("capacity_interval") or {}
-    if len(repeats) > 1:
-        values = ", ".join(f"{r['capacity']:g}" if r["capacity"] is not None else "-" for r in repeats)
-        return (f"capacity: {spread['mean']:.4g} {unit}, 95 % interval {spread['low']:.4g} to {spread['high']:.4g} "
+    unit = units[0] if capacity.kind == "concurrency" else units[1]
+    repeats = capacity.repeats
+    probes = sum(r.num_probes for r in repeats)
+    if capacity.capacity is None:
+        return f"capacity: none found ({'; '.join(capacity.stopped_because)}; {probes} probes)"
+    spread = capacity.capacity_interval
+    if len(repeats) > 1 and spread is not None:
+        values = ", ".join(f"{r.capacity:g}" if r.capacity is not None else "-" for r in repeats)
+        return (f"capacity: {spread.mean:.4g} {unit}, 95 % interval {spread.low:.4g} to {spread.high:.4g} "
                 f"({len(repeats)} repeats: {values}; {probes} probes)")
-    failing = capacity["lowest_failing"]
-    return (f"capacity: {capacity['capacity']:g} {unit} (lowest failing: {f'{failing:g}' if failing else 'none'}; "
-            f"{repeats[0]['stopped_because']}; {probes} probes)")
+    failing = capacity.lowest_failing
+    return (f"capacity: {capacity.capacity:g} {unit} (lowest failing: {f'{failing:g}' if failing else 'none'}; "
+            f"{repeats[0].stopped_because}; {probes} probes)")
 
 
 def summary_table(summaries: list[LevelSummary], title: str = "") -> Table:

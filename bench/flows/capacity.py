@@ -5,49 +5,25 @@ Every probe is a full level of the run (warm-up, steady window, the client's che
 `repeats`, the whole search runs again (its probes labelled `c8#2`, ...), and the capacity is given as the
 mean of the repeats with its 95 % interval.
 
-    capacity.json   {"kind", "slo", "attainment_target", "tolerance", "capacity", "capacity_interval",
-                     "lowest_failing", "saturated", "stopped_because", "probes": [...], "repeats": [...]}
-
-written after every probe, so an interrupted search leaves its trail.
+capacity.json (bench.run.capacity_record.CapacityRecord) is written after every probe, so an interrupted
+search leaves its trail.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.flows.costinputs import slo_margin, slo_problems_of
-from bench.flows.search import CapacitySearch, Probe, SearchResult, SearchSettings
+from bench.flows.search import CapacitySearch, Probe, SearchResult
+from bench.run.capacity_record import CapacityPlan, CapacityRecord, ProbeRecord, RepeatRecord, write_capacity
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary
 
-CAPACITY_FILE = "capacity.json"
 SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms",
             "session_p95_s": "session_s", "step_ttft_p95_ms": "step_ttft_ms"}
-
-
-@dataclass(frozen=True)
-class CapacityPlan:
-    search: SearchSettings
-    slo: SLO
-    attainment_target: float = 0.95
-    repeats: int = 1
-    burstiness: float = 1.0  # open-loop probes only
-    max_concurrency: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"search": asdict(self.search), "slo": self.slo.model_dump(), "attainment_target":
-                self.attainment_target, "repeats": self.repeats, "burstiness": self.burstiness,
-                "max_concurrency": self.max_concurrency}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> CapacityPlan:
-        return cls(SearchSettings(**raw["search"]), SLO.model_validate(raw["slo"]), raw["attainment_target"],
-                   raw["repeats"], raw["burstiness"], raw["max_concurrency"])
 
 
 def parse_slo_flags(pairs: Sequence[str], base: SLO) -> SLO:
@@ -122,41 +98,26 @@ class CapacityDriver:
         return [search.result() for search in self.searches if search.probes]
 
     def write(self) -> None:
-        path = self.run_dir / CAPACITY_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(capacity_json(self.plan, self.results(), self.labels), indent=2) + "\n")
-        tmp.replace(path)
+        write_capacity(self.run_dir, capacity_record(self.plan, self.results(), self.labels))
 
 
-def capacity_json(plan: CapacityPlan, results: list[SearchResult], labels: list[list[str]]) -> dict[str, Any]:
-    repeats = [_repeat_json(r, i + 1, labels[i]) for i, r in enumerate(results)]
+def capacity_record(plan: CapacityPlan, results: list[SearchResult], labels: list[list[str]]) -> CapacityRecord:
+    repeats = tuple(_repeat_record(r, i + 1, labels[i]) for i, r in enumerate(results))
     found = [r.capacity for r in results if r.capacity is not None]
     failing = [r.lowest_failing for r in results if r.lowest_failing is not None]
     spread = interval(found) if found else None
-    return {
-        "kind": plan.search.kind, "slo": plan.slo.model_dump(), "attainment_target": plan.attainment_target,
-        "tolerance": plan.search.tolerance,
-        "capacity": spread.mean if spread and len(found) > 1 else (found[0] if found else None),
-        "capacity_interval": asdict(spread) if spread else None,
-        "lowest_failing": min(failing) if failing else None,
-        "saturated": any(r.saturated for r in results),
-        "stopped_because": [r.stopped_because for r in results],
-        "probes": [probe for repeat in repeats for probe in repeat["probes"]],
-        "repeats": repeats,
-    }
+    return CapacityRecord(
+        plan.search.kind, plan.slo, plan.attainment_target, plan.search.tolerance,
+        capacity=spread.mean if spread and len(found) > 1 else (found[0] if found else None),
+        capacity_interval=spread, lowest_failing=min(failing) if failing else None,
+        saturated=any(r.saturated for r in results), stopped_because=tuple(r.stopped_because for r in results),
+        repeats=repeats)
 
 
-def _repeat_json(result: SearchResult, repeat: int, labels: list[str]) -> dict[str, Any]:
-    probes = [{"repeat": repeat, "label": label, "load": p.load, "passed": p.verdict == "pass",
-               "verdict": p.verdict, "reasons": list(p.reasons), "output_tokens_per_s": p.output_tokens_per_s,
-               "slo_margin": p.margin, "e2e_p50_ms": p.latency_ms}
-              for label, p in zip(labels, result.probes, strict=False)]
-    capacity_label = next((q["label"] for q in probes if q["load"] == result.capacity and q["passed"]), None)
-    return {"repeat": repeat, "capacity": result.capacity, "capacity_label": capacity_label,
-            "lowest_failing": result.lowest_failing, "saturated": result.saturated,
-            "stopped_because": result.stopped_because, "num_probes": result.num_probes, "probes": probes}
-
-
-def read_capacity(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / CAPACITY_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+def _repeat_record(result: SearchResult, repeat: int, labels: list[str]) -> RepeatRecord:
+    probes = tuple(ProbeRecord(repeat, label, p.load, p.verdict == "pass", p.verdict, tuple(p.reasons),
+                               p.output_tokens_per_s, p.margin, p.latency_ms)
+                   for label, p in zip(labels, result.probes, strict=False))
+    capacity_label = next((q.label for q in probes if q.load == result.capacity and q.passed), None)
+    return RepeatRecord(repeat, result.capacity, capacity_label, result.lowest_failing, result.saturated,
+                        result.stopped_because, result.num_probes, probes)

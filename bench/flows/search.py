@@ -19,35 +19,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bench.run.capacity_record import RATE_STEP, SearchSettings
+
 Verdict = Literal["pass", "fail", "invalid"]
-RATE_STEP = 0.01  # requests/s: the finest an arrival-rate search goes
 NARROW_MARGIN = 0.1  # a narrowing probe stays this share of the gap away from either end
 CLOSE_MARGIN = 0.1  # a secant step may land by an end only when that end's margin is this close to the limit
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    kind: Literal["concurrency", "rate"] = "concurrency"
-    start: float = 1.0
-    factor: float = 2.0
-    tolerance: float = 0.05  # the gap at which it stops, as a share of the highest passing load
-    max_load: float | None = None
-    max_probes: int = 20
-    saturation_gain: float = 0.05  # a doubling that adds less throughput than this saturates
-
-    def __post_init__(self) -> None:
-        if not 0 < self.tolerance < 1:
-            raise ValueError(f"--tolerance {self.tolerance:g}: expected a share between 0 and 1, e.g. 0.05")
-        if self.start <= 0 or (self.kind == "concurrency" and self.start != int(self.start)):
-            raise ValueError(f"--start {self.start:g}: expected a load > 0 (a whole number of users)")
-        if self.max_load is not None and self.max_load < self.start:
-            raise ValueError(f"--max-load {self.max_load:g} is below --start {self.start:g}")
-        if self.max_probes < 1 or self.factor <= 1:
-            raise ValueError("--max-probes must be >= 1 (and the ramp factor > 1)")
-
-    @property
-    def min_step(self) -> float:
-        return 1.0 if self.kind == "concurrency" else RATE_STEP
 
 
 @dataclass(frozen=True)

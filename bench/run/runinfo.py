@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from bench.flows.capacity import CapacityPlan
 from bench.inputs.scenario import Scenario
+from bench.run.capacity_record import CapacityPlan
 from engines.engine_file import EngineFile
 from loadgen.types import SLO, DatasetInfo
 
