@@ -102,3 +102,47 @@ def test_the_run_record_is_typed_through() -> None:
                if dataclasses.is_dataclass(obj) and isinstance(obj, type) and obj.__module__ == runinfo.__name__]
     assert runinfo.RunInfo in records and len(records) > 10
     assert [bad for cls in records for bad in open_fields(cls)] == []
+
+
+# Inside bench: commands (typer, printing) -> flows (what happens, returning typed outcomes) -> run, inputs,
+# imports (records and formats). A layer imports only its own and those below it; the top imports anything.
+BENCH_LAYERS: dict[str, int] = {"bench.__main__": 0, "bench.commands": 0, "bench.flows": 1, "bench.run": 2,
+                                "bench.inputs": 2, "bench.imports": 2}
+PRINTERS = ("rich", "typer", "bench.commands")  # what only the top layer may import: the console and its tools
+
+
+def layer_of(module: str) -> int | None:
+    return next((layer for prefix, layer in BENCH_LAYERS.items()
+                 if module == prefix or module.startswith(prefix + ".")), None)
+
+
+def every_import(path: Path) -> set[str]:
+    """Every module `path` imports, ours or not, a function's lazy imports included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+BENCH_MODULES = sorted(m for m in our_modules() if layer_of(m) is not None)
+
+
+@pytest.mark.parametrize("module", BENCH_MODULES)
+def test_bench_layers_import_only_downwards(module: str) -> None:
+    """flows never import commands; run, inputs and imports never import flows or commands."""
+    layer = layer_of(module)
+    assert layer is not None
+    up = sorted(imported for imported in imports_of(our_modules()[module])
+                if (other := layer_of(imported)) is not None and other < layer)
+    assert not up, f"{module} (layer {layer}) imports {up}, a layer above it"
+
+
+@pytest.mark.parametrize("module", [m for m in BENCH_MODULES if layer_of(m) != 0])
+def test_only_commands_print(module: str) -> None:
+    """Below commands nothing imports rich, typer or the console: flows return outcomes, commands print them."""
+    printing = sorted(name for name in every_import(our_modules()[module])
+                      if any(name == p or name.startswith(p + ".") for p in PRINTERS))
+    assert not printing, f"{module} imports {printing}; return a record (or take a callback) and let the command print"
