@@ -20,15 +20,15 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench.inputs.scenario import LoadSettings
 from bench.run import rundir
 from bench.run.runinfo import RunInfo
 from engines.engine_file import EngineFile
 from loadgen.arrivals import parse_label
-from loadgen.recorder import read_records
-from loadgen.types import LevelSummary, RequestRecord, RequestSpec
+from loadgen.columns import ColumnsBuilder
+from loadgen.types import LevelSummary, RequestSpec
 
 if TYPE_CHECKING:
     from engines.process import LocalKind
@@ -143,16 +143,47 @@ def _local_command(kind: LocalKind, spec: EngineFile, args: dict[str, str]) -> s
     return shlex.join(engine.command)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What a resumed run needs to know of one record any attempt wrote (kept or dropped)."""
+
+    level: str
+    request_id: int
+    is_warmup: bool
+    send_s: float
+    end_s: float | None
+    session_id: str | None
+
+
+class _KeptLevels:
+    """requests.jsonl's rows as they are read, once: each one's `Sent`, and the finished levels' measured ones as
+    columns (their summaries, made as `read_run` makes them)."""
+
+    def __init__(self, finished: set[str]) -> None:
+        self.finished = finished
+        self.records: list[Sent] = []
+        self.columns: dict[str, ColumnsBuilder] = {}
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        level = str(row["level"])
+        self.records.append(Sent(level, row["request_id"], bool(row.get("is_warmup")), row["send_s"], row.get("end_s"),
+                                 row.get("session_id")))
+        if level in self.finished and not row.get("is_warmup"):
+            builder = self.columns.get(level) or self.columns.setdefault(level, ColumnsBuilder(row["engine"], level))
+            builder.add(row.get)
+
+
 def prepare(run_dir: Path, run: RunInfo) -> Resume:
     """Drop the records of levels that did not finish, and say where the request streams stand: past every
     request any attempt sent, those of a level cut short included (its records, and as many more as it could
-    have had in flight when it stopped, which left no record)."""
-    path = run_dir / rundir.REQUESTS_FILE
-    records = read_records(path) if path.is_file() else []  # before the cut levels' records are dropped
-    discarded = rundir.keep_only_levels(run_dir, set(rundir.read_level_runs(run_dir)))
-    kept = rundir.read_run(run_dir)
-    finished_labels = kept.finished
-    summaries = {s.level: s for s in kept.summaries}
+    have had in flight when it stopped, which left no record). requests.jsonl is read once."""
+    level_runs = rundir.read_level_runs(run_dir)
+    seen = _KeptLevels(set(level_runs))
+    discarded = rundir.keep_only_levels(run_dir, set(level_runs), seen)
+    records = seen.records
+    finished_labels = tuple(level_runs)
+    summaries = {level: rundir.level_summary(builder.build(), level_runs[level], run.slo)
+                 for level, builder in seen.columns.items()}
     cut = set(discarded)
     in_flight = sum(_most_in_flight(label, [r for r in records if r.level == label], run) for label in cut)
     last = max((r for r in records if not r.is_warmup), key=lambda r: r.request_id, default=None)
@@ -170,7 +201,7 @@ def _past(last_id: int | None, unrecorded: int) -> int | None:
     return (last_id if last_id is not None else -1) + unrecorded
 
 
-def _most_in_flight(label: str, records: list[RequestRecord], run: RunInfo) -> int:
+def _most_in_flight(label: str, records: list[Sent], run: RunInfo) -> int:
     """How many of a cut level's requests may have been sent and never recorded: its users (closed loop), its
     cap on requests in flight, or its rate times the longest request it recorded (the request timeout when it
     recorded none)."""

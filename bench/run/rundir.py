@@ -24,7 +24,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -323,9 +323,11 @@ def _summed(replicas: list[tuple[int, ServerView]], spans: dict[str, tuple[float
     return [summed_view(level, views) for level in spans if (views := [v for _, v in replicas if v.level == level])]
 
 
-def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
+def keep_only_levels(run_dir: Path, levels: set[str],
+                     each: Callable[[dict[str, Any]], None] | None = None) -> list[str]:
     """Drop the records of every level not in `levels`; the lines kept are kept byte for byte. Returns the
-    labels dropped, in the order they first appear."""
+    labels dropped, in the order they first appear. `each` is given every whole row, kept or dropped, in the same
+    one read (what a resumed run needs to know of them)."""
     path = run_dir / REQUESTS_FILE
     if not path.is_file():
         return []
@@ -336,7 +338,10 @@ def keep_only_levels(run_dir: Path, levels: set[str]) -> list[str]:
             continue
         if not line.strip():
             continue
-        level = str(orjson.loads(line)["level"])
+        row = orjson.loads(line)
+        if each is not None:
+            each(row)
+        level = str(row["level"])
         if level in levels:
             kept.append(line)
         elif level not in dropped:
