@@ -21,8 +21,11 @@ def _scripted_server_process() -> Iterator[ScriptedServer]:
 
 @pytest.fixture
 def scripted(_scripted_server_process: ScriptedServer) -> ScriptedServer:
-    """The scripted server, reset to its default script (TTFT 100 ms, 20 ms per token, no faults)."""
+    """The scripted server, reset to its default script (TTFT 100 ms, 20 ms per token, no faults), with its
+    request logs emptied so a test sees only its own requests."""
     _scripted_server_process.set_script()
+    _scripted_server_process.models()
+    _scripted_server_process.prompts()
     return _scripted_server_process
 
 
