@@ -79,7 +79,7 @@ def capacity(
     from bench.flows import measure
     from bench.flows.capacity import CapacityPlan, parse_slo_flags
     from bench.flows.search import SearchSettings
-    from bench.inputs.options import LoadOverrides
+    from bench.inputs.options import LoadOverrides, scenario_overrides
 
     given = _given(slo=(slo, None), attainment=(attainment, None), tolerance=(tolerance, 0.05), start=(start, 1.0),
                    rate=(rate, False), max_load=(max_load, None), max_probes=(max_probes, 20),
@@ -87,7 +87,7 @@ def capacity(
 
     def fresh(say: Say) -> list[measure.Job]:
         levels = LoadOverrides(burstiness=burstiness, max_concurrency=max_concurrency)
-        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, flags, levels)
+        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, scenario_overrides(flags, levels))
         target = attainment if attainment is not None else scenario.pricing.slo_attainment_target
         if not 0 < target <= 1:
             raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from bench.flows.capacity import CapacityPlan
 from bench.flows.sweep import SweepPlan, SweepProgress, SweepResult, run_sweep
 from bench.inputs.measure_options import MeasureFlags
-from bench.inputs.options import LoadOverrides, build_scenario
+from bench.inputs.options import LoadOverrides, scenario_overrides
+from bench.inputs.overrides import build_scenario
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
 from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
@@ -110,7 +111,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     from engines.registry import make_launcher
     from engines.replicas import check_replicas
 
-    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
+    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, scenario_overrides(flags, levels))
     scenario = adjust(scenario) if adjust else scenario
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)

@@ -9,10 +9,16 @@ import pytest
 
 from bench.commands.flags import MeasureFlags
 from bench.flows.sweep import plan_levels
-from bench.inputs.options import LoadOverrides, build_scenario
-from bench.inputs.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
+from bench.inputs.options import LoadOverrides, scenario_overrides
+from bench.inputs.overrides import build_scenario as build
+from bench.inputs.scenario import Scenario, ScenarioError, load_scenario, parse_scenario, shipped_scenarios
 
 DATA = Path(__file__).resolve().parents[2] / "scenarios" / "data"
+
+
+def build_scenario(name: str, flags: MeasureFlags, levels: LoadOverrides | None = None) -> Scenario:
+    """The scenario as a measuring command makes it from its flags."""
+    return build(name, scenario_overrides(flags, levels))
 
 
 def test_every_shipped_scenario_loads_and_the_trace_scenarios_file_is_found() -> None:
