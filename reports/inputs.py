@@ -17,6 +17,63 @@ from reports.ui_overhead import UiLevel
 
 
 @dataclass(frozen=True)
+class EngineKv:
+    """The KV capacity the engine states (in its log) beside the plan's; where it states none, why not."""
+
+    capacity_tokens: int | None
+    plan_tokens: int
+    ratio_to_plan: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class PlanLevel:
+    """One measured level beside the plan: its decode batch, the memory-bound ceiling there, and its share of it."""
+
+    label: str
+    mean_in_flight: float
+    batch_size: int
+    is_capped: bool  # more in flight than the sequences that fit: planned at all that fit
+    decode_step_floor_ms: float
+    ceiling_tokens_per_s: float  # every replica's together
+    measured_output_tokens_per_s: float
+    share_of_ceiling: float
+    plan_kv_usage: float
+    engine_kv_usage_max: float | None  # the engine's own /metrics, where it publishes them
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The memory plan of a run's model on its GPU (what `bench plan` gives), beside what the run measured."""
+
+    model: str  # the `--model` the engine was launched with
+    gpu: str  # the GPU catalog's key
+    gpus_recorded: str  # the name the run recorded it under
+    gpu_memory_gb: float
+    gpu_bandwidth_tb_s: float
+    tensor_parallel_size: int
+    replicas: int
+    memory_fraction: float
+    context_tokens: int
+    context_source: str
+    weights_dtype: str
+    weights_gb: float
+    kv_bytes_per_token: int
+    kv_tokens_that_fit: int
+    sequences_that_fit: int
+    engine_kv: EngineKv
+    levels: tuple[PlanLevel, ...]
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NoPlan:
+    """Why a run launched here has no memory plan (no GPU, a GPU or model the plan can't read)."""
+
+    why_not: str
+
+
+@dataclass(frozen=True)
 class ReportRun:
     """One run directory: its measured levels, what went missing, and where it came from."""
 
@@ -49,8 +106,7 @@ class ReportRun:
     ui: dict[str, Any] | None = None  # measured through a UI in front (run.json's engine.details.ui)
     ui_screenshot: bytes | None = None  # the UI's page answering, as a browser saw it (PNG)
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report
-    # The memory plan beside the measurements (bench.flows.report_plan): figures, units in keys; or {"why_not": ...}
-    plan: dict[str, Any] | None = None
+    plan: RunPlan | NoPlan | None = None  # the memory plan beside the measurements; None: an endpoint the user ran
     session_lane: SessionLane | None = None  # agent sessions: one session drawn call by call
 
 
