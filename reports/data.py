@@ -173,7 +173,7 @@ def _measured_otherwise(run: ReportRun, model: str, gpu: str) -> str | None:
     the one priced; None when they agree or the run can't tell (an endpoint already running)."""
     if run.launched_by == "user":
         return None
-    measured_model = str((run.provenance.get("engine") or {}).get("model") or "")
+    measured_model = str((run.provenance.engine or {}).get("model") or "")
     names = run.gpu_names
     hardware = "CPU" if names == () else ", ".join(sorted(set(names))) if names else None
     key = next((part for part in gpu.split("-") if any(c.isdigit() for c in part)), None)
@@ -307,7 +307,7 @@ def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
     """Measured on one thing, priced as another? Say so when the run's record can tell."""
     priced = gpu or "the GPU priced here"
     if run.launched_by == "user":
-        how = ("imported from another tool's results" if str(run.provenance.get("source")).startswith("imported")
+        how = ("imported from another tool's results" if run.provenance.is_imported
                else "measured through an endpoint that was already running")
         return (f"{run.label}: {how}, so the run does not record the hardware that served it; the costs assume "
                 f"{priced} per replica: make sure that is what served it")
@@ -336,7 +336,7 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
-            "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
+            "energy": energy_block(run.summaries, run.gpu_views, run.gpu_reading),
             "replicas": _replicas(run), "ui": _ui(run, index), "plan": run.plan}
 
 
@@ -357,7 +357,7 @@ def _ui(run: ReportRun, index: int) -> dict[str, Any] | None:
         return None
     levels = [{**asdict(lv), "ttft_added_ms": lv.ttft_added_ms, "itl_added_ms": lv.itl_added_ms,
                "throughput_share": lv.throughput_share} for lv in run.ui_levels]
-    return {"name": run.ui.get("name"), "version": run.ui.get("version"), "page": run.ui.get("page") or {},
+    return {"name": run.ui.name, "version": run.ui.version, "page": run.ui.page or {},
             "levels": levels,
             "bottleneck": bottleneck_sentence(list(run.ui_levels)) if run.ui_levels else None,
             "image": f"ui-{index}" if run.ui_screenshot is not None else None}
@@ -412,13 +412,12 @@ def _sensitivity(decision: Decision) -> dict[str, Any] | None:
                                      for v in row.variations]} for row in sens.rows]}
 
 
-RECORDED = ("started_at", "finished_at", "tool", "engine", "endpoint", "hardware", "scenario", "workload", "load",
-            "levels_planned", "source")  # what a run's provenance holds from its run.json, in the report's order
-
-
 def _provenance(run: ReportRun) -> dict[str, Any]:
-    recorded = {key: run.provenance.get(key) for key in RECORDED}
-    return {"run_dir": str(run.run_dir), "run_id": run.provenance.get("run_id"), "status": run.status, **recorded,
+    p = run.provenance
+    recorded = {"started_at": p.started_at, "finished_at": p.finished_at, "tool": p.tool, "engine": p.engine,
+                "endpoint": p.endpoint, "hardware": p.hardware, "scenario": p.scenario, "workload": p.workload,
+                "load": p.load, "levels_planned": p.levels_planned, "source": p.source}
+    return {"run_dir": str(run.run_dir), "run_id": p.run_id, "status": run.status, **recorded,
             "dataset": asdict(run.dataset) if run.dataset else None, "keep_text": run.keep_text,
             "levels_measured": [s.level for s in run.summaries], "missing": run.missing, "cut_short": run.cut_short,
             "notes": run.notes}

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports.data import _measured_otherwise
-from reports.inputs import ReportRun
+from reports.inputs import ReportRun, RunProvenance
 
 
 def run(model: str, gpu_names: tuple[str, ...] | None, launched_by: str = "bench") -> ReportRun:
     return ReportRun(run_dir=Path("r"), label="reference 0.1.0", status="complete", summaries=(), kind="concurrency",
-                     launched_by=launched_by, gpu_names=gpu_names, provenance={"engine": {"model": model}})
+                     launched_by=launched_by, gpu_names=gpu_names,
+                     provenance=RunProvenance(engine={"model": model}))
 
 
 def test_a_small_model_on_a_cpu_is_named_beside_what_is_priced() -> None:
