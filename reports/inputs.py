@@ -169,8 +169,6 @@ class ReportInput:
     runs: tuple[ReportRun, ...]
     cost_curve: CostCurve | None
     settings: JsonObject  # the scenario's slo, traffic, pricing and requirements, as used
-    model: str | None  # the model priced (pricing.model), for the title
-    gpu: str | None  # the GPU priced (pricing.gpu), for the title when no catalog row was used
     price_origins: tuple[str, ...]
     generated_at: datetime
     skipped: tuple[str, ...] = ()  # run directories left out, and why

@@ -41,13 +41,12 @@ from costmodel.inputs import Traffic
 from costmodel.precision import normalized
 from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
-from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
+from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, MeasuredOn, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.figures import accuracy
 from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
-from reports.data import report_verdict
 from reports.inputs import GpuReading, ReportInput, ReportRun, RunProvenance, ThroughUi, UiPageSeen
 from reports.render import REPORT_NAME, ReportFiles, write_report
 from reports.ui_overhead import UiLevel, pairs_through_ui
@@ -88,7 +87,8 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run),
-                            run_accuracy(run), run_precision(run)) for run, label in zip(runs, labels, strict=True)]
+                            run_accuracy(run), run_precision(run), measured_on(run))
+               for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     tasks = task_decision(runs, labels, settings, catalog, today or date.today())
@@ -97,13 +97,11 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     through_ui = _through_ui(runs)
     report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes, tasks)
                         for run, label in zip(runs, labels, strict=True))
-    decision = replace(decision, verdict=report_verdict(decision, settings.pricing.model, settings.pricing.gpu,
-                                                        report_runs))
     report_input = ReportInput(
         decision=decision, runs=report_runs, cost_curve=monthly_cost_curve(decision),
-        settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
-        price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
-        cache_hit_source=cache_hit_source, tasks=tasks, finetunes=finetunes)
+        settings=settings.model_dump(mode="json"), price_origins=catalog.origins,
+        generated_at=datetime.now(timezone.utc), skipped=tuple(skipped), cache_hit_source=cache_hit_source,
+        tasks=tasks, finetunes=finetunes)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
 
@@ -135,6 +133,15 @@ def run_precision(run: Run) -> str | None:
         if value is not None and normalized(str(value)) is not None:
             return normalized(str(value))
     return None
+
+
+def measured_on(run: Run) -> MeasuredOn | None:
+    """The model and GPUs an engine launched here ran on, as its run.json records them; None for an endpoint the
+    user ran (its run does not know what serves it)."""
+    engine, gpus = run.info.engine, run.info.gpu_names
+    if engine.launched_by == "user":
+        return None
+    return MeasuredOn(model=engine.model or "", gpu_names=None if gpus is None else tuple(gpus))
 
 
 def render_run_report(run_dir: Path | Run) -> Path | None:
