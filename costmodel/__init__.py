@@ -9,5 +9,6 @@ Pure: no I/O except `costmodel.prices` reading its own YAML catalogs (and a user
     fleet.py        fleet size, monthly cost, crossover volume
     sensitivity.py  one assumption at a time
     verdict.py      the answer in words
+    subject.py      what is priced, and what was measured instead (the verdict's first line then)
     decide.py       all of it for one or more engines: `decide(...) -> Decision`
 """

@@ -2,7 +2,7 @@
 
 `decide` is the one library call behind `bench report` and `bench cost`. It resolves names to prices
 (`resolve`), evaluates every engine (`costmodel.evaluate`), picks the cheapest, and says what it means
-(`verdict`).
+(`verdict`), first what was measured where it is not what is priced (`subject`).
 Pure: the catalog and today's date come in as arguments.
 """
 
@@ -29,6 +29,7 @@ from costmodel.precision import precision_warning
 from costmodel.prices import GpuPrice, PriceCatalog, PriceError, ProviderPrice, stale_prices, undated_prices
 from costmodel.sanity import sanity_warnings
 from costmodel.sensitivity import sensitivity
+from costmodel.subject import subject, with_subject
 from costmodel.types import (
     Assumptions,
     CostResult,
@@ -97,8 +98,9 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
 
     Gives the Decision: each engine's costs (per level, at its operating point, the fleet for the traffic,
     each provider's price and crossover), the cheapest engine and the provider it is held against, how the
-    answer moves with each assumption, the verdict (owning beside renting with pricing.owned), and what the
-    inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
+    answer moves with each assumption, the verdict (owning beside renting with pricing.owned; first, where the
+    first engine measured another model or other hardware than is priced, that its figures illustrate the method),
+    and what the inputs leave out, as warnings. Raises PriceError when a name is not in the catalog.
     """
     catalog = catalog.as_of(today)
     resolved = resolve(traffic, pricing, catalog)
@@ -125,10 +127,14 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
         else:
             owned = compare_owned(best, compared, resolved.assumptions, resolved.monthly_tokens, pricing.owned, power)
             said = with_owned(said, owned)
+    about = subject(pricing.model or (best.engine if best else "this model"),
+                    resolved.gpu.gpu if resolved.gpu else (pricing.gpu or "your GPU"),
+                    resolved.assumptions.gpus_per_replica, engines[0] if engines else None)
     return Decision(
-        results=results, best=best, compared_to=compared, verdict=said, sensitivity=rows, pricing=resolved,
-        requirements=requirements, slo=slo, attainment_target=pricing.slo_attainment_target,
-        stale_prices=tuple(stale_prices(rows_used, today)), today=today, warnings=tuple(warnings), owned=owned)
+        results=results, best=best, compared_to=compared, verdict=with_subject(said, about), sensitivity=rows,
+        pricing=resolved, requirements=requirements, slo=slo, attainment_target=pricing.slo_attainment_target,
+        stale_prices=tuple(stale_prices(rows_used, today)), today=today, warnings=tuple(warnings), owned=owned,
+        subject=about)
 
 
 def _owned_power(best: CostResult, pricing: Pricing) -> tuple[float, str] | None:

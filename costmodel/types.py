@@ -275,6 +275,15 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class MeasuredOn:
+    """What an engine the toolkit launched served, as its run recorded it: the model the engine named ("" where it
+    named none) and the machine's GPUs (() for none; None where the run does not say)."""
+
+    model: str = ""
+    gpu_names: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class EngineLevels:
     """One engine's measured levels; `capacity`, when a capacity search found it, is the operating point's
     level (its throughput at the highest load that met the SLO), used instead of the highest passing level."""
@@ -284,6 +293,18 @@ class EngineLevels:
     capacity: MeasuredLevel | None = None
     accuracy: Accuracy | None = None  # on the team's eval (quality.json, or its graded levels); None: not graded
     precision: str | None = None  # the weights' stated dtype or quantization (bf16, fp8, q4_1); None: not stated
+    # What it ran on; None where the run can't tell (an endpoint already running) or nothing was run (`bench cost`).
+    measured_on: MeasuredOn | None = None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a decision is about: the model and GPU priced (`llama-3.1-8b on 2 x h100-sxm`), and what the first
+    engine measured instead (`SmolLM2-135M-Instruct.Q4_1 measured on CPU`) where that was another model or other
+    hardware: its figures then show the method, not the answer (costmodel.subject)."""
+
+    priced: str = ""
+    measured_instead: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +382,7 @@ class Decision:
     today: date
     warnings: tuple[str, ...] = field(default_factory=tuple)
     owned: OwnedComparison | None = None  # with pricing.owned: own vs rent vs pay per token
+    subject: Subject = field(default=Subject(), metadata=NOT_IN_FILES)  # what is priced, and what was measured
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, fields, is_dataclass, replace
+from dataclasses import asdict, fields, is_dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from common.units import share, tokens, usd
-from costmodel.types import CostResult, Decision, LevelCost, ProviderCost, Verdict
+from costmodel.types import CostResult, Decision, LevelCost, ProviderCost
 from loadgen.types import LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
@@ -63,7 +62,7 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
     engines = [_engine(result, run, decision.compared_to, i)
                for i, (result, run) in enumerate(zip(decision.results, runs, strict=True))]
     return jsonable({
-        "title": _title(decision, inp.model, inp.gpu, runs),
+        "title": _title(decision),
         "generated_at": inp.generated_at.isoformat(timespec="seconds"),
         "verdict": decision.verdict,
         "side_by_side": _side_by_side(decision),
@@ -140,50 +139,13 @@ def _price_row(row: Any) -> dict[str, Any] | None:
     return None if row is None else {**jsonable(row), "retrieved": row.retrieved_text}
 
 
-def _title(decision: Decision, model: str | None, gpu: str | None, runs: list[ReportRun]) -> str:
+def _title(decision: Decision) -> str:
     """What is priced; and what was measured, when the runs say it was something else (a small model on a CPU
     priced as an 8B model on an H100 is an illustration, and the title says so)."""
-    priced, measured = _priced_and_measured(decision, model, gpu, runs)
-    if measured is None:
-        return f"Self-host or pay per token: {priced}"
-    return f"Self-host or pay per token: {measured}, priced as {priced}: illustrative"
-
-
-def report_verdict(decision: Decision, model: str | None, gpu: str | None, runs: Sequence[ReportRun]) -> Verdict:
-    """The verdict, its first line saying what was measured when it is not what is priced (as the title does)."""
-    priced, measured = _priced_and_measured(decision, model, gpu, runs)
-    if measured is None:
-        return decision.verdict
-    line = (f"{measured[0].upper()}{measured[1:]}, priced as {priced}: the figures show the method on this machine; "
-            f"measure {priced} itself before deciding.")
-    return replace(decision.verdict, lines=(line, *decision.verdict.lines))
-
-
-def _priced_and_measured(decision: Decision, model: str | None, gpu: str | None,
-                         runs: Sequence[ReportRun]) -> tuple[str, str | None]:
-    model = model or (decision.best.engine if decision.best else "this model")
-    gpu = decision.pricing.gpu.gpu if decision.pricing.gpu else (gpu or "your GPU")
-    k = decision.pricing.assumptions.gpus_per_replica
-    priced = f"{model} on {f'{k} x ' if k > 1 else ''}{gpu}"
-    return priced, _measured_otherwise(runs[0], model, gpu) if runs else None
-
-
-def _measured_otherwise(run: ReportRun, model: str, gpu: str) -> str | None:
-    """`SmolLM2-135M-Instruct.Q4_1 measured on CPU` when the run measured another model or other hardware than
-    the one priced; None when they agree or the run can't tell (an endpoint already running)."""
-    if run.launched_by == "user":
-        return None
-    measured_model = str((run.provenance.get("engine") or {}).get("model") or "")
-    names = run.gpu_names
-    hardware = "CPU" if names == () else ", ".join(sorted(set(names))) if names else None
-    key = next((part for part in gpu.split("-") if any(c.isdigit() for c in part)), None)
-    other_hardware = names == () or bool(key and names and not any(
-        re.search(rf"\b{re.escape(key)}\b", n, re.IGNORECASE) for n in names))
-    squash = lambda text: re.sub(r"[^a-z0-9]", "", text.lower())  # noqa: E731 - one use
-    other_model = bool(measured_model) and squash(model) not in squash(measured_model)
-    if not (other_hardware or other_model):
-        return None
-    return f"{measured_model or run.label} measured" + (f" on {hardware}" if hardware else "")
+    about = decision.subject
+    if about.measured_instead is None:
+        return f"Self-host or pay per token: {about.priced}"
+    return f"Self-host or pay per token: {about.measured_instead}, priced as {about.priced}: illustrative"
 
 
 def _side_by_side(decision: Decision) -> list[dict[str, Any]]:
@@ -307,7 +269,7 @@ def _hardware_warning(run: ReportRun, gpu: str | None) -> str | None:
     """Measured on one thing, priced as another? Say so when the run's record can tell."""
     priced = gpu or "the GPU priced here"
     if run.launched_by == "user":
-        how = ("imported from another tool's results" if str(run.provenance.get("source")).startswith("imported")
+        how = ("imported from another tool's results" if run.provenance.is_imported
                else "measured through an endpoint that was already running")
         return (f"{run.label}: {how}, so the run does not record the hardware that served it; the costs assume "
                 f"{priced} per replica: make sure that is what served it")
@@ -336,7 +298,7 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views],
             "provider": provider_block(run.summaries, run.bills),
-            "energy": energy_block(run.summaries, run.gpu_views, run.telemetry),
+            "energy": energy_block(run.summaries, run.gpu_views, run.gpu_reading),
             "replicas": _replicas(run), "ui": _ui(run, index), "plan": run.plan}
 
 
@@ -357,7 +319,7 @@ def _ui(run: ReportRun, index: int) -> dict[str, Any] | None:
         return None
     levels = [{**asdict(lv), "ttft_added_ms": lv.ttft_added_ms, "itl_added_ms": lv.itl_added_ms,
                "throughput_share": lv.throughput_share} for lv in run.ui_levels]
-    return {"name": run.ui.get("name"), "version": run.ui.get("version"), "page": run.ui.get("page") or {},
+    return {"name": run.ui.name, "version": run.ui.version, "page": run.ui.page or {},
             "levels": levels,
             "bottleneck": bottleneck_sentence(list(run.ui_levels)) if run.ui_levels else None,
             "image": f"ui-{index}" if run.ui_screenshot is not None else None}
@@ -412,13 +374,12 @@ def _sensitivity(decision: Decision) -> dict[str, Any] | None:
                                      for v in row.variations]} for row in sens.rows]}
 
 
-RECORDED = ("started_at", "finished_at", "tool", "engine", "endpoint", "hardware", "scenario", "workload", "load",
-            "levels_planned", "source")  # what a run's provenance holds from its run.json, in the report's order
-
-
 def _provenance(run: ReportRun) -> dict[str, Any]:
-    recorded = {key: run.provenance.get(key) for key in RECORDED}
-    return {"run_dir": str(run.run_dir), "run_id": run.provenance.get("run_id"), "status": run.status, **recorded,
+    p = run.provenance
+    recorded = {"started_at": p.started_at, "finished_at": p.finished_at, "tool": p.tool, "engine": p.engine,
+                "endpoint": p.endpoint, "hardware": p.hardware, "scenario": p.scenario, "workload": p.workload,
+                "load": p.load, "levels_planned": p.levels_planned, "source": p.source}
+    return {"run_dir": str(run.run_dir), "run_id": p.run_id, "status": run.status, **recorded,
             "dataset": asdict(run.dataset) if run.dataset else None, "keep_text": run.keep_text,
             "levels_measured": [s.level for s in run.summaries], "missing": run.missing, "cut_short": run.cut_short,
             "notes": run.notes}

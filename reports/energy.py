@@ -9,19 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.types import GpuView, LevelSummary
+from reports.inputs import GpuReading
 
 JOULES_PER_KWH = 3.6e6
 
 
 def energy_block(summaries: tuple[LevelSummary, ...], views: tuple[GpuView, ...],
-                 telemetry: dict[str, Any] | None) -> dict[str, Any]:
-    gpu = (telemetry or {}).get("gpu") or {}
+                 reading: GpuReading | None) -> dict[str, Any]:
+    reading = reading or GpuReading()
     if not views:
-        why = gpu.get("why_not") or "the run did not read its GPUs"
+        why = reading.why_not or "the run did not read its GPUs"
         return {"measured": False, "why_not": why, "levels": []}
     by_label = {s.level: s for s in summaries}
     levels = [_row(view, by_label[view.level]) for view in views if view.level in by_label]
-    return {"measured": True, "reader": gpu.get("reader"), "names": sorted({n for v in views for n in v.names}),
+    return {"measured": True, "reader": reading.reader, "names": sorted({n for v in views for n in v.names}),
             "num_gpus": max(v.num_gpus for v in views), "levels": levels}
 
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from bench.flows.costinputs import (
     latency_limits,
@@ -42,14 +41,13 @@ from costmodel.inputs import Traffic
 from costmodel.precision import normalized
 from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
-from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, TaskDecision, TaskTokens
+from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, MeasuredOn, TaskDecision, TaskTokens
 from engines.openwebui import VIA_UI
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.figures import accuracy
 from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
-from reports.data import report_verdict
-from reports.inputs import ReportInput, ReportRun
+from reports.inputs import GpuReading, ReportInput, ReportRun, RunProvenance, ThroughUi, UiPageSeen
 from reports.render import REPORT_NAME, ReportFiles, write_report
 from reports.ui_overhead import UiLevel, pairs_through_ui
 
@@ -89,7 +87,8 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run),
-                            run_accuracy(run), run_precision(run)) for run, label in zip(runs, labels, strict=True)]
+                            run_accuracy(run), run_precision(run), measured_on(run))
+               for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
     tasks = task_decision(runs, labels, settings, catalog, today or date.today())
@@ -98,13 +97,11 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     through_ui = _through_ui(runs)
     report_runs = tuple(report_run(run, label, decision, catalog, through_ui, notes, tasks)
                         for run, label in zip(runs, labels, strict=True))
-    decision = replace(decision, verdict=report_verdict(decision, settings.pricing.model, settings.pricing.gpu,
-                                                        report_runs))
     report_input = ReportInput(
         decision=decision, runs=report_runs, cost_curve=monthly_cost_curve(decision),
-        settings=settings.model_dump(mode="json"), model=settings.pricing.model, gpu=settings.pricing.gpu,
-        price_origins=catalog.origins, generated_at=datetime.now(timezone.utc), skipped=tuple(skipped),
-        cache_hit_source=cache_hit_source, tasks=tasks, finetunes=finetunes)
+        settings=settings.model_dump(mode="json"), price_origins=catalog.origins,
+        generated_at=datetime.now(timezone.utc), skipped=tuple(skipped), cache_hit_source=cache_hit_source,
+        tasks=tasks, finetunes=finetunes)
     out = Path(out) if out is not None else (run_dirs[0] / REPORT_NAME if len(run_dirs) == 1 else Path(REPORT_NAME))
     return Report(write_report(report_input, out), decision)
 
@@ -136,6 +133,15 @@ def run_precision(run: Run) -> str | None:
         if value is not None and normalized(str(value)) is not None:
             return normalized(str(value))
     return None
+
+
+def measured_on(run: Run) -> MeasuredOn | None:
+    """The model and GPUs an engine launched here ran on, as its run.json records them; None for an endpoint the
+    user ran (its run does not know what serves it)."""
+    engine, gpus = run.info.engine, run.info.gpu_names
+    if engine.launched_by == "user":
+        return None
+    return MeasuredOn(model=engine.model or "", gpu_names=None if gpus is None else tuple(gpus))
 
 
 def render_run_report(run_dir: Path | Run) -> Path | None:
@@ -306,10 +312,10 @@ def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
         run_dir=run.run_dir, label=label, status=info.status, summaries=run.summaries, kind=_kind(run),
         missing=run.missing, cut_short=run.cut_short, notes=(*_notes(run), *notes),
         server_views=run.server_views, launched_by=info.engine.launched_by, gpu_views=run.gpu_views,
-        telemetry=info.telemetry.to_json() if info.telemetry else None, replica_views=run.replica_views,
+        gpu_reading=_gpu_reading(info), replica_views=run.replica_views,
         router_policy=details.router.policy if details.router else None,
         replica_budgets=tuple(r.budget_text for r in details.replicas if r.budget_text),
-        ui=asdict(details.ui) if details.ui else None, ui_screenshot=run.ui_screenshot,
+        ui=_ui_in_front(info), ui_screenshot=run.ui_screenshot,
         ui_levels=_ui_levels(run, through_ui), gpu_names=None if gpus is None else tuple(gpus),
         provenance=_provenance(info), repeated=run.repeated,
         capacity=run.capacity.to_json() if run.capacity else None, dataset=info.dataset,
@@ -369,15 +375,35 @@ def _workload_text(info: RunInfo) -> str | None:
             f"{workload.output_tokens.describe()} tokens")
 
 
-def _provenance(info: RunInfo) -> dict[str, Any]:
-    scenario = info.scenario.model_dump(mode="json") if info.scenario else {}
-    return {"run_id": info.run_id or None, "started_at": info.started_at, "finished_at": info.finished_at,
-            "tool": asdict(info.tool) if info.tool else None, "engine": info.engine.to_json(),
-            "endpoint": asdict(info.endpoint) if info.endpoint else None,
-            "hardware": info.hardware.to_json() if info.hardware else None, "scenario": scenario.get("name"),
-            "workload": scenario.get("workload"), "load": scenario.get("load"),
-            "levels_planned": info.levels or None,
-            "source": info.source(with_files=True)}  # measured here, or imported from which tool: always said
+def _provenance(info: RunInfo) -> RunProvenance:
+    scenario = info.scenario
+    return RunProvenance(
+        run_id=info.run_id or None, started_at=info.started_at, finished_at=info.finished_at,
+        source=info.source(with_files=True),  # measured here, or imported from which tool: always said
+        scenario=scenario.name if scenario else None, levels_planned=tuple(info.levels) or None,
+        tool=asdict(info.tool) if info.tool else None, engine=info.engine.to_json(),
+        endpoint=asdict(info.endpoint) if info.endpoint else None,
+        hardware=info.hardware.to_json() if info.hardware else None,
+        workload=scenario.workload.model_dump(mode="json") if scenario else None,
+        load=scenario.load.model_dump(mode="json") if scenario else None)
+
+
+def _gpu_reading(info: RunInfo) -> GpuReading | None:
+    """How the run read its GPUs, from run.json's telemetry; None where it says nothing of it."""
+    if info.telemetry is None:
+        return None
+    gpu = info.telemetry.gpu
+    return GpuReading(reader=gpu.reader, why_not=gpu.why_not)
+
+
+def _ui_in_front(info: RunInfo) -> ThroughUi | None:
+    """The UI in front of the engine, as run.json's engine details state it."""
+    ui = info.engine.details.ui
+    if ui is None:
+        return None
+    page = ui.page
+    return ThroughUi(name=ui.name, version=ui.version, page=None if page is None else UiPageSeen(
+        screenshot=page.screenshot, answer=page.answer, seconds=page.seconds, why_not=page.why_not))
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:

@@ -2,8 +2,8 @@
 each measured level's output tokens/s as a share of the plan's memory-bound ceiling, and the engine's own KV
 capacity (as its log states it) beside the plan's.
 
-A plain dict for `reports.inputs.ReportRun.plan` (reports may not import bench), units in its keys; when no plan
-can be made, `{"why_not": ...}` saying why. An endpoint the user ran gets none: the run does not know its
+A `reports.inputs.RunPlan` for `ReportRun.plan` (reports' own record: reports may not import bench); when no plan
+can be made, a `NoPlan` saying why. An endpoint the user ran gets none: the run does not know its
 hardware. What the GPUs are is read from run.json, else from the GPU readings taken while it ran.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from bench.run.enginelog import EngineLogFacts
 from bench.run.rundir import Run
@@ -20,6 +19,7 @@ from costmodel.plan import DEFAULT_MEMORY_FRACTION, Plan, PlanInputs, assumption
 from costmodel.plan_shapes import DTYPE_BYTES, GpuShape, PlanError, resolve_gpu
 from engines.engine_file import EngineFile
 from loadgen.types import LevelSummary
+from reports.inputs import EngineKv, NoPlan, PlanLevel, RunPlan
 
 NO_GPU = "measured without a GPU: no bandwidth ceiling to compare with"
 
@@ -40,17 +40,17 @@ GPU_NAMES: tuple[tuple[str, str | None], ...] = (
     (r"\bmi300x\b", "mi300x"),
 )
 
-def memory_plan(run: Run) -> dict[str, Any] | None:
+def memory_plan(run: Run) -> RunPlan | NoPlan | None:
     """The plan block of one run; None for an endpoint the user ran."""
     if run.info.engine.launched_by != "bench":
         return None
     try:
         return _plan_block(run)
     except PlanError as exc:
-        return {"why_not": str(exc)}
+        return NoPlan(str(exc))
 
 
-def _plan_block(run: Run) -> dict[str, Any]:
+def _plan_block(run: Run) -> RunPlan:
     from bench.inputs.model_shape import model_shape  # the reference engine's loaders, torch: only when planning
 
     info = run.info
@@ -76,26 +76,26 @@ def _plan_block(run: Run) -> dict[str, Any]:
     batches = {s.level: _batch(s, replicas) for s in run.summaries}
     plan = make_plan(inputs, tuple(sorted(set(batches.values()))))
     m = plan.memory
-    return {
-        "model": spec,
-        "gpu": gpu.name,
-        "gpus_recorded": recorded,
-        "gpu_memory_gb": gpu.memory_gb,
-        "gpu_bandwidth_tb_s": gpu.bandwidth_tb_s,
-        "tensor_parallel_size": inputs.tensor_parallel_size,
-        "replicas": replicas,
-        "memory_fraction": inputs.memory_fraction,
-        "context_tokens": context,
-        "context_source": context_source,
-        "weights_dtype": m.weights_dtype,
-        "weights_gb": m.weights_bytes / 1e9,
-        "kv_bytes_per_token": m.kv_bytes_per_token,
-        "kv_tokens_that_fit": m.kv_tokens_that_fit,
-        "sequences_that_fit": m.sequences_that_fit,
-        "engine_kv": engine_kv_capacity(run.engine_log, info.engine.name, m.kv_tokens_that_fit),
-        "levels": _levels(run, plan, batches, replicas),
-        "assumptions": [*assumptions(plan), _batch_assumption(replicas)],
-    }
+    return RunPlan(
+        model=spec,
+        gpu=gpu.name,
+        gpus_recorded=recorded,
+        gpu_memory_gb=gpu.memory_gb,
+        gpu_bandwidth_tb_s=gpu.bandwidth_tb_s,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        replicas=replicas,
+        memory_fraction=inputs.memory_fraction,
+        context_tokens=context,
+        context_source=context_source,
+        weights_dtype=m.weights_dtype,
+        weights_gb=m.weights_bytes / 1e9,
+        kv_bytes_per_token=m.kv_bytes_per_token,
+        kv_tokens_that_fit=m.kv_tokens_that_fit,
+        sequences_that_fit=m.sequences_that_fit,
+        engine_kv=engine_kv_capacity(run.engine_log, info.engine.name, m.kv_tokens_that_fit),
+        levels=_levels(run, plan, batches, replicas),
+        assumptions=(*assumptions(plan), _batch_assumption(replicas)),
+    )
 
 
 def run_gpu(run: Run) -> tuple[GpuShape, str]:
@@ -159,7 +159,7 @@ def _batch_assumption(replicas: int) -> str:
     )
 
 
-def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> list[dict[str, Any]]:
+def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> tuple[PlanLevel, ...]:
     most = plan.memory.sequences_that_fit
     usage = {v.level: v.max_kv_cache_usage for v in run.server_views}
     rows = []
@@ -168,31 +168,31 @@ def _levels(run: Run, plan: Plan, batches: dict[str, int], replicas: int) -> lis
         ceiling = decode_ceiling(plan.inputs, plan.memory, batch)
         total = ceiling.tokens_per_s_total_ceiling * replicas
         rows.append(
-            {
-                "label": s.level,
-                "mean_in_flight": s.throughput.mean_in_flight,
-                "batch_size": batch,
-                "is_capped": batches[s.level] > most,
-                "decode_step_floor_ms": ceiling.decode_step_floor_ms,
-                "ceiling_tokens_per_s": total,
-                "measured_output_tokens_per_s": s.throughput.output_tokens_per_s,
-                "share_of_ceiling": s.throughput.output_tokens_per_s / total,
-                "plan_kv_usage": batch * plan.inputs.context / plan.memory.kv_tokens_that_fit,
-                "engine_kv_usage_max": usage.get(s.level),
-            }
+            PlanLevel(
+                label=s.level,
+                mean_in_flight=s.throughput.mean_in_flight,
+                batch_size=batch,
+                is_capped=batches[s.level] > most,
+                decode_step_floor_ms=ceiling.decode_step_floor_ms,
+                ceiling_tokens_per_s=total,
+                measured_output_tokens_per_s=s.throughput.output_tokens_per_s,
+                share_of_ceiling=s.throughput.output_tokens_per_s / total,
+                plan_kv_usage=batch * plan.inputs.context / plan.memory.kv_tokens_that_fit,
+                engine_kv_usage_max=usage.get(s.level),
+            )
         )
-    return rows
+    return tuple(rows)
 
 
-def engine_kv_capacity(log: EngineLogFacts, engine: str, plan_tokens: int) -> dict[str, Any]:
+def engine_kv_capacity(log: EngineLogFacts, engine: str, plan_tokens: int) -> EngineKv:
     """The KV capacity the engine itself states, beside the plan's; where it states none, what it does publish."""
     if log.kv_tokens is not None:
-        return {
-            "capacity_tokens": log.kv_tokens,
-            "plan_tokens": plan_tokens,
-            "ratio_to_plan": log.kv_tokens / plan_tokens,
-            "source": f"{log.kv_source} in engine.log",
-        }
+        return EngineKv(
+            capacity_tokens=log.kv_tokens,
+            plan_tokens=plan_tokens,
+            ratio_to_plan=log.kv_tokens / plan_tokens,
+            source=f"{log.kv_source} in engine.log",
+        )
     if engine == "reference":
         source = (
             "not published: the reference engine's /metrics give its KV cache usage "
@@ -202,4 +202,4 @@ def engine_kv_capacity(log: EngineLogFacts, engine: str, plan_tokens: int) -> di
         source = f"not published: {engine}'s engine.log states no KV cache size this report reads"
     else:
         source = "not published: the run has no engine.log"
-    return {"capacity_tokens": None, "plan_tokens": plan_tokens, "ratio_to_plan": None, "source": source}
+    return EngineKv(capacity_tokens=None, plan_tokens=plan_tokens, ratio_to_plan=None, source=source)

@@ -26,6 +26,7 @@ from bench.run.rundir import Run
 from bench.run.runinfo import EngineDetails, EngineRecord, GpuRecord, HostRecord, RunInfo
 from engines.engine_file import EngineFile
 from loadgen.types import Distribution, GpuView, Latency, LevelSummary, RequestCounts, ServerView, Throughput, Tokens
+from reports.inputs import NoPlan, RunPlan
 from tests.gpu.conftest import STANDIN
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
@@ -68,38 +69,38 @@ def run_of(
 def test_the_share_of_the_ceiling_is_the_hand_figure(tmp_path: Path) -> None:
     views = (ServerView("c8", 10, 7.8, 0.0, 0.03, 0.0, None),)
     plan = memory_plan(run_of(tmp_path, server_views=views))
-    assert plan is not None and "why_not" not in plan
-    assert (plan["gpu"], plan["gpus_recorded"], plan["context_tokens"]) == ("h100-sxm", H100_NAME, 1024)
-    assert plan["weights_gb"] == pytest.approx(16.060522496)
-    assert (plan["kv_bytes_per_token"], plan["kv_tokens_that_fit"], plan["sequences_that_fit"]) == (131072, 426784, 416)
-    (c8,) = plan["levels"]
-    assert (c8["label"], c8["batch_size"], c8["is_capped"]) == ("c8", 8, False)
-    assert c8["decode_step_floor_ms"] == pytest.approx(5.11471, abs=1e-5)
-    assert c8["ceiling_tokens_per_s"] == pytest.approx(1564.12, abs=0.01)
-    assert c8["share_of_ceiling"] == pytest.approx(0.6393, abs=1e-4)
-    assert c8["plan_kv_usage"] == pytest.approx(8 * 1024 / 426784)
-    assert c8["engine_kv_usage_max"] == 0.03
-    kv = plan["engine_kv"]
-    assert kv["capacity_tokens"] is None and kv["source"].startswith("not published: the reference engine's /metrics")
+    assert isinstance(plan, RunPlan)
+    assert (plan.gpu, plan.gpus_recorded, plan.context_tokens) == ("h100-sxm", H100_NAME, 1024)
+    assert plan.weights_gb == pytest.approx(16.060522496)
+    assert (plan.kv_bytes_per_token, plan.kv_tokens_that_fit, plan.sequences_that_fit) == (131072, 426784, 416)
+    (c8,) = plan.levels
+    assert (c8.label, c8.batch_size, c8.is_capped) == ("c8", 8, False)
+    assert c8.decode_step_floor_ms == pytest.approx(5.11471, abs=1e-5)
+    assert c8.ceiling_tokens_per_s == pytest.approx(1564.12, abs=0.01)
+    assert c8.share_of_ceiling == pytest.approx(0.6393, abs=1e-4)
+    assert c8.plan_kv_usage == pytest.approx(8 * 1024 / 426784)
+    assert c8.engine_kv_usage_max == 0.03
+    kv = plan.engine_kv
+    assert kv.capacity_tokens is None and kv.source.startswith("not published: the reference engine's /metrics")
 
 
 def test_more_in_flight_than_fit_is_planned_at_all_that_fit(tmp_path: Path) -> None:
     plan = memory_plan(run_of(tmp_path, summaries=(level("c512", 512, 2000.0),)))
-    assert plan is not None
-    (c512,) = plan["levels"]
-    assert (c512["batch_size"], c512["is_capped"]) == (416, True)
-    assert c512["plan_kv_usage"] <= 1
+    assert isinstance(plan, RunPlan)
+    (c512,) = plan.levels
+    assert (c512.batch_size, c512.is_capped) == (416, True)
+    assert c512.plan_kv_usage <= 1
 
 
 def test_a_run_on_a_cpu_has_no_plan_and_says_why(tmp_path: Path) -> None:
-    assert memory_plan(run_of(tmp_path, gpus=())) == {"why_not": NO_GPU}
+    assert memory_plan(run_of(tmp_path, gpus=())) == NoPlan(NO_GPU)
     assert NO_GPU == "measured without a GPU: no bandwidth ceiling to compare with"
 
 
 def test_the_gpus_come_from_the_readings_when_run_json_lists_none(tmp_path: Path) -> None:
     view = GpuView("c8", 3, 1, (H100_NAME,), 300.0, 310.0, 80.0, 1000.0, 1980.0, 60.0)
     plan = memory_plan(run_of(tmp_path, gpus=(), gpu_views=(view,)))
-    assert plan is not None and plan["gpus_recorded"] == H100_NAME
+    assert isinstance(plan, RunPlan) and plan.gpus_recorded == H100_NAME
 
 
 def test_an_endpoint_the_user_ran_gets_no_plan_and_an_unknown_model_says_why(tmp_path: Path) -> None:
@@ -111,7 +112,8 @@ def test_an_endpoint_the_user_ran_gets_no_plan_and_an_unknown_model_says_why(tmp
         hardware=HostRecord(gpus=[GpuRecord(name=H100_NAME)]),
     )
     plan = memory_plan(replace(run_of(tmp_path, engine="vllm"), info=info))
-    assert plan is not None and plan["why_not"].startswith("the model could not be read for a plan (--model meta-llama")
+    assert isinstance(plan, NoPlan)
+    assert plan.why_not.startswith("the model could not be read for a plan (--model meta-llama")
 
 
 @pytest.mark.parametrize(
@@ -139,11 +141,11 @@ def test_vllms_kv_cache_size_in_its_log_is_the_engines_capacity(tmp_path: Path) 
         "INFO 05-06 12:00:01 [kv_cache_utils.py:720] Maximum concurrency for 131,072 tokens per request: 3.14x\n"
     )
     plan = memory_plan(run_of(tmp_path, engine="vllm", engine_log=read_engine_log(tmp_path / "engine.log")))
-    assert plan is not None
-    kv = plan["engine_kv"]
-    assert (kv["capacity_tokens"], kv["plan_tokens"]) == (411728, 426784)
-    assert kv["ratio_to_plan"] == pytest.approx(411728 / 426784)
-    assert "GPU KV cache size" in kv["source"]
+    assert isinstance(plan, RunPlan)
+    kv = plan.engine_kv
+    assert (kv.capacity_tokens, kv.plan_tokens) == (411728, 426784)
+    assert kv.ratio_to_plan == pytest.approx(411728 / 426784)
+    assert "GPU KV cache size" in kv.source
 
 
 def test_a_swept_reference_engine_on_the_stand_in_h100_reports_its_plan(tmp_path: Path) -> None:
