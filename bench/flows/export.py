@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from bench.flows.report import run_precision
 from bench.run import rundir
 from bench.run.llmd_report import BenchmarkReport
 from bench.run.rundir import Run
@@ -187,7 +186,7 @@ def _scenario(run: Run, s: LevelSummary) -> dict[str, Any]:
         "platform": {"engine": [{"name": engine.name, "version": engine.version, "args": args,
                                  "metadata": {"command": command} if command else None}]},
         "model": {"name": engine.model or (spec.model if spec and spec.model else "unknown"),
-                  "quantization": run_precision(run),
+                  "quantization": run.precision,
                   "adapters": [{"lora": name} for name in adapters] or None},
         "load": {"name": info.imported.tool if info.imported else TOOL_NAME, "type": s.kind, "args": load_args},
     }
