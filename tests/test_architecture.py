@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports")
+PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scripted")
 
 # package (or module prefix) -> what it may import of ours besides itself; the most specific prefix wins
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
@@ -20,6 +20,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "reports": ("common", "loadgen.types", "costmodel.types"),
     "engines": ("common",),
     "engines.reference": (),
+    "scripted": (),
 }
 
 
