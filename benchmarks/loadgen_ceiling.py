@@ -37,7 +37,7 @@ def start_server(port: int, timing: list[str] | None = None) -> subprocess.Popen
     cores = sorted(os.sched_getaffinity(0))
     pin = ["taskset", "-c", str(cores[-1])] if len(cores) > 1 else []
     timing = timing or ["--ttft-ms", "0", "--itl-ms", "0"]
-    command = [*pin, sys.executable, "-m", "loadgen.testing.scripted_server", "--port", str(port), *timing]
+    command = [*pin, sys.executable, "-m", "scripted", "--port", str(port), *timing]
     server = subprocess.Popen(command, stdout=subprocess.PIPE)
     assert server.stdout is not None
     server.stdout.readline()  # "listening on ..."

@@ -28,7 +28,7 @@ class ScriptedServer:
     base_url: str
 
     def set_script(self, **changes: Any) -> None:
-        """Reset the script to its defaults, then apply `changes` (see loadgen.testing.scripted_server.Script)."""
+        """Reset the script to its defaults, then apply `changes` (see scripted.script.Script)."""
         defaults = {"ttft_ms": 100.0, "itl_ms": 20.0, "tokens_per_chunk": 1, "fault": "none", "fault_every": 1,
                     "fault_after_chunks": 3, "stall_ms": 1000.0, "model": "scripted", "itl_per_stream_ms": 0.0,
                     "max_streams": 0, "reasoning_tokens": 0, "rate_limit_per_s": 0.0, "rate_limit_burst": 1.0,
@@ -53,7 +53,7 @@ class ScriptedServer:
 @contextmanager
 def scripted_server() -> Iterator[ScriptedServer]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.testing.scripted_server", "--port", "0"],
+        [sys.executable, "-m", "scripted", "--port", "0"],
         stdout=subprocess.PIPE, text=True,
     )
     try:

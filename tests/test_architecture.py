@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports")
+PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scripted")
 
 # package (or module prefix) -> what it may import of ours besides itself; the most specific prefix wins
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
@@ -20,6 +20,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "reports": ("common", "loadgen.types", "costmodel.types"),
     "engines": ("common",),
     "engines.reference": (),
+    "scripted": (),
 }
 
 
@@ -105,9 +106,9 @@ def test_the_run_record_is_typed_through() -> None:
 
 
 # Inside bench: commands (typer, printing) -> flows (what happens, returning typed outcomes) -> run, inputs,
-# imports (records and formats). A layer imports only its own and those below it; the top imports anything.
+# imports, exports (records and formats). A layer imports only its own and those below it; the top imports anything.
 BENCH_LAYERS: dict[str, int] = {"bench.__main__": 0, "bench.commands": 0, "bench.flows": 1, "bench.run": 2,
-                                "bench.inputs": 2, "bench.imports": 2}
+                                "bench.inputs": 2, "bench.imports": 2, "bench.exports": 2}
 PRINTERS = ("rich", "typer", "bench.commands")  # what only the top layer may import: the console and its tools
 
 
@@ -132,7 +133,7 @@ BENCH_MODULES = sorted(m for m in our_modules() if layer_of(m) is not None)
 
 @pytest.mark.parametrize("module", BENCH_MODULES)
 def test_bench_layers_import_only_downwards(module: str) -> None:
-    """flows never import commands; run, inputs and imports never import flows or commands."""
+    """flows never import commands; run, inputs, imports and exports never import flows or commands."""
     layer = layer_of(module)
     assert layer is not None
     up = sorted(imported for imported in imports_of(our_modules()[module])

@@ -383,7 +383,6 @@ def history(
     plots, and exits 1 on a regression."""
     from bench.commands.display import history_table
     from bench.flows.history import write_history_page
-    from bench.flows.report import run_precision
     from bench.run import history as hist
     from bench.run.rundir import RunDirError, read_run
 
@@ -396,7 +395,7 @@ def history(
                 fail(str(exc))
             if not run.summaries:
                 fail(f"--import {run_dir}: no measured level in it")
-            added += hist.record_run(run, runs, run_precision(run))
+            added += hist.record_run(run, runs)
         console.print(f"{added} levels of {len(import_runs)} run(s) added to {hist.history_path(runs)}", markup=False)
     try:
         trends = hist.trends(runs, metric, engine, model, level)

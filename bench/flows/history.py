@@ -1,7 +1,8 @@
 """`bench history`'s page: each configuration's trend at each level, plotted, with the newest run's verdict.
 
-One self-contained `history.html` (plots embedded), beside the database in the runs folder. Every name on it
-(engine, model, run) is escaped: it may have come from another tool's file.
+One self-contained `history.html` (plots embedded), beside the database in the runs folder, laid out by
+reports/templates/history.html.j2. Every name on it (engine, model, run) is escaped: it may have come from another
+tool's file.
 """
 
 from __future__ import annotations
@@ -16,25 +17,8 @@ import jinja2
 from bench.run.history import METRICS, Trend
 
 # Autoescaped: a label holds a model name from an imported file, which may be `<script>...`.
-PAGE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
-<html><head><meta charset="utf-8"><title>history: {{ metric }}</title>
-<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}td,th{padding:.2em .6em}
-.regression{color:#b00}.improvement{color:#070}</style></head><body>
-<h1>History of {{ metric }}</h1>
-<p>Each configuration (engine and version, model and weights, engine arguments, scenario, hardware) at each
-level, its runs in time order. The newest run is flagged when it lies outside the 95 % interval of the earlier
-runs of the same configuration.</p>
-{% for t, image in items %}
-<h2>{{ t.label }}, {{ t.level }}</h2>
-<p class="{{ t.verdict }}">{{ t.verdict }}{% if t.interval %}: expected {{ "%.4g" | format(t.interval[0]) }} to
-{{ "%.4g" | format(t.interval[1]) }}, measured {{ "%.4g" | format(t.points[-1].value) }}{% endif %}</p>
-<img alt="{{ t.label }} {{ t.level }}" src="data:image/png;base64,{{ image }}">
-<table><tr><th>run</th><th>finished</th><th>{{ metric }}</th><th>repeats</th></tr>
-{% for p in t.points %}<tr><td>{{ p.run_id }}</td><td>{{ p.finished_at }}</td><td>{{ "%.4g" | format(p.value) }}</td>
-<td>{{ p.values | length }}</td></tr>{% endfor %}</table>
-{% endfor %}
-</body></html>
-""")
+PAGE = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
+                          autoescape=True).get_template("history.html.j2")
 
 
 def write_history_page(trends: Sequence[Trend], metric: str, path: Path) -> Path:

@@ -10,7 +10,6 @@ report (`report_run`) in one pass. An interrupted sweep is reported as far as it
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -38,7 +37,6 @@ from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
 from costmodel.finetunes import decide_finetunes
 from costmodel.inputs import Traffic
-from costmodel.precision import normalized
 from costmodel.prices import PriceCatalog, load_catalog
 from costmodel.tasks import decide_tasks
 from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, MeasuredOn, TaskDecision, TaskTokens
@@ -87,7 +85,7 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run),
-                            run_accuracy(run), run_precision(run), measured_on(run))
+                            run_accuracy(run), run.precision, measured_on(run))
                for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
@@ -115,24 +113,6 @@ def run_accuracy(run: Run) -> Accuracy | None:
     if not graded:
         return None
     return accuracy(round(sum(q.accuracy * q.n for q in graded)), sum(q.n for q in graded))
-
-
-GGUF_TYPE = re.compile(r"[._-](BF16|F16|F32|Q\d_[0-9A-Z_]+|IQ\d_[0-9A-Z_]+)\.gguf$", re.IGNORECASE)
-
-
-def run_precision(run: Run) -> str | None:
-    """The precision the run's weights were served in: a quantization the engine was told, else the weights' dtype,
-    else what a GGUF file's name says (`...Q4_1.gguf`: its weights stay so), else the compute dtype; None where
-    nothing states it (`auto`)."""
-    spec, engine = run.info.engine_spec, run.info.engine
-    args = spec.args if spec else {}
-    files = [spec.model if spec else None, engine.details.model_argument, engine.model]
-    gguf = next((m.group(1) for f in files if f and (m := GGUF_TYPE.search(f))), None)
-    for value in (spec.quantization if spec else None, args.get("quantization"), args.get("weights-dtype"),
-                  args.get("weights_dtype"), gguf, args.get("dtype")):
-        if value is not None and normalized(str(value)) is not None:
-            return normalized(str(value))
-    return None
 
 
 def measured_on(run: Run) -> MeasuredOn | None:

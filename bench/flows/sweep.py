@@ -271,11 +271,10 @@ def remember_run(run: Run, runs_root: Path) -> None:
     import logging
     import sqlite3
 
-    from bench.flows.report import run_precision
     from bench.run.history import record_run
 
     try:
-        record_run(run, runs_root, run_precision(run))
+        record_run(run, runs_root)
     except (sqlite3.Error, OSError) as exc:
         logging.getLogger(__name__).warning("the run was not added to %s's history: %s", runs_root, exc)
 

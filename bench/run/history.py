@@ -77,9 +77,9 @@ def history_path(runs_root: Path) -> Path:
     return runs_root / HISTORY_FOLDER / HISTORY_FILE
 
 
-def record_run(run: Run, runs_root: Path, weights: str | None) -> int:
+def record_run(run: Run, runs_root: Path) -> int:
     """Add (or replace) every level of `run` in the runs folder's history; the rows written."""
-    info = run.info
+    info, weights = run.info, run.precision
     spec = info.engine_spec
     scenario = info.scenario
     scenario_json = json.dumps({"workload": scenario.workload.model_dump(mode="json"),

@@ -24,6 +24,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -38,6 +39,7 @@ from bench.run.runinfo import RunInfo
 from common.names import UnsafeNameError, inside, slug
 from common.private import make_private_dir
 from common.secrets import redact
+from costmodel.precision import normalized
 from loadgen.columns import LevelColumns, columns_by_level
 from loadgen.metrics import cut_short, summarize, summarize_columns
 from loadgen.network import ConnectProbe
@@ -108,6 +110,9 @@ def read_level_runs(run_dir: Path) -> dict[str, dict[str, Any]]:
     return {row["level"]: row for row in read_jsonl(path)} if path.is_file() else {}
 
 
+GGUF_TYPE = re.compile(r"[._-](BF16|F16|F32|Q\d_[0-9A-Z_]+|IQ\d_[0-9A-Z_]+)\.gguf$", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Run:
     """A run directory read once: what ran (run.json), each level's summary recomputed from its records (in
@@ -144,6 +149,21 @@ class Run:
     def cut_short(self) -> tuple[str, ...]:
         """Levels measured but not finished."""
         return tuple(s.level for s in self.summaries if s.level not in self.finished)
+
+    @property
+    def precision(self) -> str | None:
+        """The precision the run's weights were served in: a quantization the engine was told, else the weights'
+        dtype, else what a GGUF file's name says (`...Q4_1.gguf`: its weights stay so), else the compute dtype;
+        None where nothing states it (`auto`)."""
+        spec, engine = self.info.engine_spec, self.info.engine
+        args = spec.args if spec else {}
+        files = [spec.model if spec else None, engine.details.model_argument, engine.model]
+        gguf = next((m.group(1) for f in files if f and (m := GGUF_TYPE.search(f))), None)
+        for value in (spec.quantization if spec else None, args.get("quantization"), args.get("weights-dtype"),
+                      args.get("weights_dtype"), gguf, args.get("dtype")):
+            if value is not None and normalized(str(value)) is not None:
+                return normalized(str(value))
+        return None
 
 
 def read_run(run_dir: Path, slo: SLO | None = None) -> Run:

@@ -9,7 +9,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from bench.run.llmd_report import BenchmarkReport
+from bench.exports.llmd_schema import BenchmarkReport
 from tests.bench.test_cli import bench, only_run_dir, sweep_args
 
 

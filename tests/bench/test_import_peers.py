@@ -254,8 +254,8 @@ def test_an_slo_on_a_latency_a_peer_file_lacks_makes_its_level_invalid(tmp_path:
 def test_an_imported_run_is_exported_and_kept_in_the_history_with_its_source(tmp_path: Path, cli) -> None:
     import sqlite3
 
+    from bench.exports.llmd_schema import BenchmarkReport
     from bench.run.history import history_path
-    from bench.run.llmd_report import BenchmarkReport
 
     runs = tmp_path / "runs"
     run_dir = import_results([guidellm_file(tmp_path / "benchmarks.json")], "guidellm", runs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadgen.testing.scripted_server import quiz_is_right
+from scripted.script import quiz_is_right
 from tests.bench.test_cli import bench, only_run_dir, sweep_args
 
 

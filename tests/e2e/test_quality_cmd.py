@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.testing.scripted_server import quiz_is_right
+from scripted.script import quiz_is_right
 from tests.bench.test_cli import bench
 from tests.e2e.test_graded import write_quiz
 from tests.servers import ScriptedServer, scripted_server

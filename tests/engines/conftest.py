@@ -25,5 +25,5 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def scripted_server_command(port: int = 8000) -> list[str]:
-    return [sys.executable, "-m", "loadgen.testing.scripted_server", "--host", "0.0.0.0", "--port", str(port),
+    return [sys.executable, "-m", "scripted", "--host", "0.0.0.0", "--port", str(port),
             "--ttft-ms", "10", "--itl-ms", "2"]

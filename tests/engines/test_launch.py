@@ -17,7 +17,7 @@ from tests.servers import is_running
 
 
 def scripted_spec(port: int, **changes) -> ProcessSpec:
-    command = [sys.executable, "-m", "loadgen.testing.scripted_server", "--port", str(port)]
+    command = [sys.executable, "-m", "scripted", "--port", str(port)]
     return ProcessSpec("scripted", command, [f"http://127.0.0.1:{port}/health"], **changes)
 
 
@@ -79,7 +79,7 @@ def test_children_and_a_leader_that_ignores_sigterm_are_killed(tmp_path, monkeyp
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
         f"print(child.pid, flush=True)\n"
-        f"subprocess.Popen([sys.executable, '-m', 'loadgen.testing.scripted_server', '--port', '{port}'])\n"
+        f"subprocess.Popen([sys.executable, '-m', 'scripted', '--port', '{port}'])\n"
         "time.sleep(120)\n"
     )
     spec = ProcessSpec("stubborn", [sys.executable, "-c", code], [f"http://127.0.0.1:{port}/health"])

@@ -57,7 +57,7 @@ OWNER_SCRIPT = textwrap.dedent("""
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\\n"
         "print('child', child.pid, flush=True)\\n"
-        f"subprocess.Popen([sys.executable, '-m', 'loadgen.testing.scripted_server', '--port', '{port}'])\\n"
+        f"subprocess.Popen([sys.executable, '-m', 'scripted', '--port', '{port}'])\\n"
         "time.sleep(120)\\n"
     )
     spec = ProcessSpec("stubborn", [sys.executable, "-c", code], [f"http://127.0.0.1:{port}/health"])

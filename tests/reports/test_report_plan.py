@@ -190,8 +190,6 @@ def test_a_swept_reference_engine_on_the_stand_in_h100_reports_its_plan(tmp_path
 ])
 def test_a_runs_precision_is_what_its_engine_was_told_else_its_gguf_file(
         tmp_path: Path, spec: EngineFile, model: str | None, precision: str | None) -> None:
-    from bench.flows.report import run_precision
-
     run = run_of(tmp_path)
     info = replace(run.info, engine_spec=spec, engine=replace(run.info.engine, model=model))
-    assert run_precision(replace(run, info=info)) == precision
+    assert replace(run, info=info).precision == precision

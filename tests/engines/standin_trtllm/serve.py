@@ -22,7 +22,7 @@ def main() -> None:
     engine = Path(args.model)
     if args.backend != "tensorrt" or not (engine / "config.json").is_file() or not list(engine.glob("rank*.engine")):
         sys.exit(f"trtllm-serve: {engine} is not a TensorRT engine folder (backend {args.backend})")
-    os.execv(sys.executable, [sys.executable, "-m", "loadgen.testing.scripted_server", "--model", engine.name,
+    os.execv(sys.executable, [sys.executable, "-m", "scripted", "--model", engine.name,
                               "--host", args.host, "--port", str(args.port), "--ttft-ms", "10", "--itl-ms", "2"])
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from loadgen.quality.eval_set import build_items, write_eval
 from loadgen.quality.graders import grade
 from loadgen.replay.formats import read_dataset
+from scenarios.make_quality_eval import build_items, write_eval
 
 SHIPPED = Path(__file__).parents[2] / "scenarios" / "data" / "quality.jsonl"
 

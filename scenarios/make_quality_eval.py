@@ -2,7 +2,7 @@
 public benchmark. Kinds that a small model answers sometimes (a fact table, the day after a day, counting a
 short list) beside kinds it rarely does (two-digit sums), so that weight formats can differ on them.
 
-    python -m loadgen.quality.eval_set scenarios/data/quality.jsonl   # writes it again, the same bytes
+    python -m scenarios.make_quality_eval scenarios/data/quality.jsonl   # writes it again, the same bytes
 """
 
 from __future__ import annotations

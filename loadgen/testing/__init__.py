@@ -1,1 +1,0 @@
-"""Servers shipped for checking clients against known truth; not part of the load path."""
