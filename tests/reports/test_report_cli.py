@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,18 @@ def test_help_imports_no_heavy_module(command: list[str]) -> None:
     result = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert "Usage" in result.stdout and result.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_run_through_a_ui_whose_page_was_never_checked_reports(tmp_path: Path) -> None:
+    """A run.json whose UI record has no page (a run cut before the browser check) still gives every page."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parents[1] / "bench" / "data" / "run-dummy-2levels", run_dir)
+    info = json.loads((run_dir / "run.json").read_text())
+    info["engine"]["details"]["ui"] = {"name": "Open WebUI", "version": "0.12.4"}
+    (run_dir / "run.json").write_text(json.dumps(info))
+    out = tmp_path / "decision.html"
+    result = bench("report", str(run_dir), "--gpu", "h100-sxm", "--provider", "together/llama-3.1-8b",
+                   "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Open WebUI" in out.read_text() and "Open WebUI" in out.with_suffix(".md").read_text()
+    assert "page was not checked" not in out.read_text()
