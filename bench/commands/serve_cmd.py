@@ -1,0 +1,161 @@
+"""`bench serve`: the reference engine alone, or a stack around it (N replicas behind vllm-router, Open WebUI in
+front), until Ctrl-C. The engine's own flags are its argparse parser's (engines.reference.serving.options);
+`bench serve`'s own are taken out of the arguments first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from bench.commands import stopping
+from bench.commands.console import console, fail
+from bench.commands.helptext import examples
+
+if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
+    import argparse
+
+    from engines.reference.serving.options import ServerOptions
+
+
+def serve(ctx: typer.Context) -> None:
+    """Run the reference engine alone: an OpenAI-compatible server for any client or UI.
+
+    Takes the engine's own flags (`bench serve --help` lists them): --model, --port, --batching, ...; and
+    --replicas N [--router-policy P] (behind vllm-router), --ui [--ui-port P] [--ui-python PY] [--ui-data DIR]
+    (Open WebUI in front)."""
+    from engines.reference.serving.options import parse_args
+
+    stopping.install()
+    if any(arg in ("-h", "--help") for arg in ctx.args):
+        _serve_help()
+        return
+    stack, argv = _stack_flags(ctx.args)
+    options = parse_args(argv, prog="bench serve")  # --help and a bad flag end here, as argparse does
+    if stack.replicas is not None or stack.ui:
+        _serve_stack(argv, options, stack)
+        return
+    try:
+        from engines.reference.serving.server import serve as serve_forever
+
+        stopped_by = serve_forever(options)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:  # a stop signal while the model was still loading
+        raise typer.Exit(stopping.exit_code()) from None
+    raise typer.Exit(128 + stopped_by if stopped_by else 0)
+
+
+def _stack_flags(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """`bench serve`'s own flags (replicas, router, UI) taken out of its arguments; the rest are the engine's."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    _add_stack_flags(parser)
+    return parser.parse_known_args(args)
+
+
+def _add_stack_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--replicas", type=int, metavar="N", help="run N replicas of the engine behind vllm-router")
+    parser.add_argument("--router-policy", default="round_robin", metavar="POLICY",
+                        help="the router's policy with --replicas: round_robin (default), cache_aware, power_of_two, "
+                             "random, consistent_hash")
+    parser.add_argument("--router-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to vllm-router as --KEY VALUE (repeatable), e.g. balance-abs-threshold=4")
+    parser.add_argument("--ui", action="store_true", help="Open WebUI in front of the engine")
+    parser.add_argument("--ui-port", type=int, default=8080, metavar="PORT", help="the UI's port (default 8080)")
+    parser.add_argument("--ui-python", metavar="PYTHON",
+                        help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
+    parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui",
+                        metavar="DIR",
+                        help="where the UI keeps its data and the account it signs in with")
+
+
+SERVE_EXAMPLES = examples("bench serve --model default --port 8000",
+                          "bench serve --model default --replicas 2 --router-policy cache_aware",
+                          "bench serve --model default --ui")
+
+
+def _serve_help() -> None:
+    """The engine's flags and `bench serve`'s own (replicas, router, UI), in one help, examples last."""
+    import argparse
+
+    from engines.reference.serving.options import build_parser
+
+    parser = build_parser("bench serve")
+    _add_stack_flags(parser.add_argument_group("bench serve's own flags (a stack around the engine)"))
+    parser.formatter_class, parser.epilog = argparse.RawDescriptionHelpFormatter, SERVE_EXAMPLES  # a line each
+    parser.print_help()
+
+
+def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namespace) -> None:
+    """The reference engine (or N replicas behind vllm-router), with Open WebUI in front when asked, until
+    Ctrl-C (or SIGTERM); everything stopped then, the UI first."""
+    import tempfile
+    import time
+    from contextlib import ExitStack
+
+    from engines.launch import EngineStartError
+    from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
+    from engines.process import launch_reference_argv, parse_engine_args
+    from engines.reference.serving.options import api_key_of
+    from engines.replicas import budgeted, launch_replicas
+
+    logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    engine_port = options.port or None
+    api_key = api_key_of(options)  # to the engines in their environment, never on their command line
+    argv = _without(argv, "--api-key", "--api-key-env")
+    try:
+        if stack.ui:
+            find_openwebui(stack.ui_python)  # said before the engine loads
+        with ExitStack() as running:
+            if stack.replicas is not None:
+                argv = _without(argv, "--port", "--host")
+                replicas = budgeted(lambda budget: lambda run_dir: launch_reference_argv(
+                    run_dir, argv, env=budget.env(), cpus=budget.cpus, api_key=api_key), stack.replicas)
+                endpoint, info = running.enter_context(launch_replicas(
+                    replicas, logs, stack.router_policy, engine_port,
+                    router_args=dict(parse_engine_args(stack.router_arg))))
+                urls = ", ".join(r["base_url"] for r in info.details["replicas"])
+                console.print(f"{info.name} behind vllm-router ({stack.router_policy}) at {endpoint.base_url} "
+                              f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)
+            else:
+                endpoint, info = running.enter_context(launch_reference_argv(
+                    logs, _without(argv, "--host", "--port"), port=engine_port, api_key=api_key))
+                console.print(f"reference engine at {endpoint.base_url}, model {endpoint.model}", highlight=False)
+            if stack.ui:
+                ui = running.enter_context(launch_openwebui(logs, endpoint, stack.ui_data, stack.ui_port,
+                                                            stack.ui_python))
+                console.print(f"Open WebUI {ui.version or ''} at {ui.root}: sign in as {ui.account.email} with "
+                              f"password {ui.account.password} (kept in {stack.ui_data / CREDENTIALS})",
+                              highlight=False, soft_wrap=True)
+                console.print(_ui_data_note(stack.ui_data), highlight=False, soft_wrap=True)
+            console.print(f"logs in {logs}. Ctrl-C stops them all.", highlight=False)
+            while True:
+                time.sleep(3600)
+    except (EngineStartError, ValueError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        if stack.ui:
+            console.print(f"stopped; {_ui_data_note(stack.ui_data)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(stopping.exit_code()) from None
+
+
+def _ui_data_note(data: Path) -> str:
+    return (f"Open WebUI's data (accounts, API keys, chats) stays in {data}, its owner's only (0700), for the next "
+            f"start; remove it with: rm -rf {data}")
+
+
+def _without(argv: list[str], *flags: str) -> list[str]:
+    """`argv` less each of `flags` and its value (`--port 8000` or `--port=8000`)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not any(arg.startswith(flag + "=") for flag in flags):
+            kept.append(arg)
+    return kept
+
