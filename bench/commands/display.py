@@ -16,7 +16,7 @@ from rich.text import Text
 
 from bench.commands.console import console as stdout
 from bench.commands.console import errors, warn
-from bench.flows.tune import ConfigResult
+from bench.flows.tune_ranking import ConfigResult
 from bench.run.capacity_record import CapacityRecord
 from bench.run.history import Trend
 from common.private import describe_access
@@ -136,6 +136,17 @@ class RichJobWatcher:
 
     def failed(self, engine: str, reason: str) -> None:
         errors.print(f"[bold red]{escape(engine)} failed:[/] {escape(reason)}", highlight=False, markup=True)
+
+
+class RichTuneWatcher(RichJobWatcher):
+    """A tune as it runs (bench.flows.tune.TuneWatcher): its jobs as a measuring command's, a rule before each
+    configuration, and warnings to stderr."""
+
+    def configuration(self, name: str) -> None:
+        stdout.rule(name, style="dim")
+
+    def warn(self, line: str) -> None:
+        warn(line)
 
 
 def show_outcome(outcome: Outcome, title: str) -> None:
@@ -427,7 +438,7 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
     """Each configuration of a tune: capacity and throughput at the operating point, what that costs, time to
     ready, and the objective's figure against the default's; the best marked."""
     table = DataTable(title=f"configurations, best by {objective} marked *")
-    from bench.flows.tune import accuracy_note
+    from bench.flows.tune_ranking import accuracy_note
 
     graded = any(r.accuracy is not None for r in results)
     for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
@@ -446,7 +457,7 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
 
 def _against(result: ConfigResult, default: ConfigResult | None, objective: str) -> str:
     """The objective's figure as a ratio to the default's (x1.25: 25 % better for capacity and throughput)."""
-    from bench.flows.tune import objective_figure
+    from bench.flows.tune_ranking import objective_figure
 
     mine, theirs = objective_figure(result, objective), objective_figure(default, objective) if default else None
     return f"x{mine / theirs:.2f}" if mine and theirs else "-"
