@@ -14,6 +14,7 @@ from bench.commands.console import errors, fail
 from bench.commands.engines_cmd import warn_about_leftovers
 from bench.commands.flags import MeasureFlags, measure_command
 from bench.commands.helptext import SLO, examples
+from bench.inputs.flag_text import given_flags
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     from bench.flows.measure import Describe, Job, Say
@@ -39,8 +40,8 @@ def sweep(
     from bench.flows import measure
     from bench.inputs.options import LoadOverrides
 
-    given = _given(concurrency=(concurrency, None), rate=(rate, None), burstiness=(burstiness, None),
-                   max_concurrency=(max_concurrency, None))
+    given = given_flags({"concurrency": (concurrency, None), "rate": (rate, None), "burstiness": (burstiness, None),
+                         "max_concurrency": (max_concurrency, None)})
     levels = LoadOverrides(concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency)
     jobs, complete = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", given)
     _run(jobs, complete, flags)
@@ -76,9 +77,10 @@ def capacity(
     from bench.flows.search import SearchSettings
     from bench.inputs.options import LoadOverrides
 
-    given = _given(slo=(slo, None), attainment=(attainment, None), tolerance=(tolerance, 0.05), start=(start, 1.0),
-                   rate=(rate, False), max_load=(max_load, None), max_probes=(max_probes, 20),
-                   burstiness=(burstiness, None), max_concurrency=(max_concurrency, None))
+    given = given_flags({"slo": (slo, None), "attainment": (attainment, None), "tolerance": (tolerance, 0.05),
+                         "start": (start, 1.0), "rate": (rate, False), "max_load": (max_load, None),
+                         "max_probes": (max_probes, 20), "burstiness": (burstiness, None),
+                         "max_concurrency": (max_concurrency, None)})
 
     def fresh(say: Say) -> list[measure.Job]:
         levels = LoadOverrides(burstiness=burstiness, max_concurrency=max_concurrency)
@@ -94,11 +96,6 @@ def capacity(
 
     jobs, complete = _jobs(fresh, flags, "capacity", given)
     _run(jobs, complete, flags, describe=_describe_probe)
-
-
-def _given(**values: tuple[object, object]) -> list[str]:
-    """The flags given with a value other than their default, as --names."""
-    return [f"--{name.replace('_', '-')}" for name, (value, default) in values.items() if value not in (default, [])]
 
 
 def _jobs(fresh: Callable[[Say], list[Job]], flags: MeasureFlags, command: str,

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from bench.commands.helptext import ADVANCED, LOAD, OUTPUT, WORKLOAD, BenchCommand, examples
 from bench.commands.verdict_display import print_verdict
+from bench.inputs.flag_text import key_value, listed
 
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
     from bench.inputs.scenario import DecisionSettings
@@ -118,7 +119,7 @@ def report(
 
     try:
         settings = _settings(scenario, run_dirs[0]).with_overrides(
-            gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
+            gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=listed(*provider or []),
             monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks, min_accuracy=min_accuracy)
         result = render_report(run_dirs, out, settings=settings, prices=prices or [], today=_as_of(as_of))
     except (ReportError, PriceError, ValueError) as exc:
@@ -193,7 +194,7 @@ def cost(
     try:
         base = load_scenario(scenario)
         settings = base.decision_settings().with_overrides(
-            gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=_names(provider),
+            gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=listed(*provider or []),
             monthly_tokens=monthly_tokens, peak_to_average=peak_to_average, hours_per_month=hours,
             ops_usd_per_month=ops_cost, gpu_pricing=gpu_pricing.value if gpu_pricing else None, headroom=headroom,
             spare_replicas=spare_replicas, cache_hit_rate=cache_hit_rate, uses_batch_api=batch_api,
@@ -242,10 +243,10 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
     """`KEY=VALUE` flags as a mapping (the values are checked where they are used, by name)."""
     pairs = {}
     for value in values or []:
-        key, sep, text = value.partition("=")
-        if not sep or not key.strip() or not text.strip():
+        key, text = key_value(value)
+        if not key or not text:
             raise ValueError(f"{flag} {value}: expected KEY=VALUE, e.g. {flag} server_usd=250000")
-        pairs[key.strip()] = text.strip()
+        pairs[key] = text
     return pairs
 
 
@@ -257,10 +258,6 @@ def _owned_fields(values: list[str] | None) -> dict[str, str]:
     if unknown:
         raise ValueError(f"--owned {unknown[0]}: unknown field; known: {', '.join(Owned.model_fields)}")
     return fields
-
-
-def _names(values: list[str] | None) -> list[str]:
-    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
 
 
 def _message(exc: Exception) -> str:

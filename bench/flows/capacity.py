@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.flows.costinputs import slo_margin, slo_problems_of
 from bench.flows.search import CapacitySearch, Probe, SearchResult
+from bench.inputs.flag_text import key_value
 from bench.run.capacity_record import CapacityPlan, CapacityRecord, ProbeRecord, RepeatRecord, write_capacity
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
@@ -30,17 +31,16 @@ def parse_slo_flags(pairs: Sequence[str], base: SLO) -> SLO:
     """`["ttft_p95_ms=500", "tpot_p95_ms=40"]` over the scenario's SLO; an unknown key names the known ones."""
     values = base.model_dump()
     for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
+        key, text = key_value(pair)
         if key not in SLO_KEYS:
             raise ValueError(f"--slo {pair}: unknown target '{key}'; use {', '.join(SLO_KEYS)} (KEY=MILLISECONDS, "
                              "or KEY=SECONDS for a key ending in _s)")
         unit, example = ("SECONDS", 120) if key.endswith("_s") else ("MILLISECONDS", 500)
         try:
-            value = float(text)
+            value = float(text or "")
         except ValueError:
             raise ValueError(f"--slo {pair}: expected {key}={unit}, e.g. {key}={example}") from None
-        if not sep or value <= 0:
+        if value <= 0:
             raise ValueError(f"--slo {pair}: expected {key}={unit} > 0, e.g. {key}={example}")
         values[SLO_KEYS[key]] = value
     return SLO.model_validate(values)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from bench.flows.capacity import CapacityPlan
 from bench.flows.sweep import SweepPlan, SweepProgress, SweepResult, run_sweep
+from bench.inputs.flag_text import listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides, build_scenario
 from bench.inputs.scenario import Scenario
@@ -125,7 +126,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                         port=flags.port, args=parse_engine_args(flags.engine_arg or []), replicas=replicas,
                         router_policy=flags.router_policy or "round_robin",
                         router_args=parse_engine_args(flags.router_arg or []),
-                        replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
+                        replica_metrics=listed(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
     specs = [_with_served_model(spec, say) for spec in specs]
     if adapters is not None and adapters.served:  # the adapters go to every engine bench starts
@@ -162,10 +163,6 @@ def client_pool(workers: int | None, ray: str | None) -> ClientPool:
 
         require_ray(ray)
     return ClientPool(workers or 1, ray)
-
-
-def _split(listed: str | None) -> list[str]:
-    return [part.strip() for part in (listed or "").split(",") if part.strip()]
 
 
 def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from bench.flows import measure
 from bench.flows.tune_plan import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
 from bench.flows.tune_ranking import ConfigResult, accuracy_note, best, config_result, objective_figure, pareto_front
+from bench.inputs.flag_text import given_flags
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
 from bench.run.resume import check_owner
@@ -106,8 +107,9 @@ def open_tune(flags: MeasureFlags, ask: TuneAsk) -> tuple[Tune, MeasureFlags, Lo
 def _resumed(flags: MeasureFlags, ask: TuneAsk) -> Tune:
     """The tune folder `--resume` names, refused with any flag that would change what it began with."""
     assert flags.resume
-    own = {"--grid": ask.grid, "--configs": ask.configs, "--concurrency": ask.concurrency, "--rate": ask.rate}
-    given = [f for f in flags.given() if f != "--engine"] + [flag for flag, value in own.items() if value]
+    own = given_flags({"grid": (ask.grid, None), "configs": (ask.configs, None), "concurrency": (ask.concurrency, None),
+                       "rate": (ask.rate, None)})
+    given = [f for f in flags.given() if f != "--engine"] + own
     if len(flags.resume) != 1 or given:
         raise TuneError(f"--resume takes one tune folder and keeps the settings it began with; drop "
                         f"{', '.join(given) or 'the other folders'}")

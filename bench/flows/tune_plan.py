@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.inputs.flag_text import key_value, listed
 from common.names import UnsafeNameError, inside
 from common.validation import parse_yaml_mapping, read_text
 
@@ -41,14 +42,14 @@ def parse_grids(grids: list[str]) -> list[TuneConfig]:
     """`KEY=V1,V2` for each `--grid`: every combination, in the order given."""
     axes: list[tuple[str, list[str]]] = []
     for grid in grids:
-        key, _, listed = grid.partition("=")
-        values = [v.strip() for v in listed.split(",") if v.strip()]
-        if not key.strip() or not values:
+        key, text = key_value(grid)
+        values = listed(text)
+        if not key or not values:
             raise TuneError(f"--grid {grid}: expected KEY=V1,V2,... (an engine argument and its values), e.g. "
                             "max-num-seqs=16,64,256")
         if key in (k for k, _ in axes):
             raise TuneError(f"--grid {grid}: {key} is given twice; list all its values in one --grid")
-        axes.append((key.strip(), values))
+        axes.append((key, values))
     return [TuneConfig(_name(dict(zip([k for k, _ in axes], combo, strict=True))),
                        dict(zip([k for k, _ in axes], combo, strict=True)))
             for combo in itertools.product(*(values for _, values in axes))]

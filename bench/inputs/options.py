@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bench.inputs.flag_text import key_value, listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
@@ -29,7 +30,7 @@ def parse_levels_flag(flag: str, text: str, kind: type[int] | type[float]) -> li
     """`1,8,50` -> [1, 8, 50]; a clear error naming the flag otherwise."""
     what = "whole numbers >= 1" if kind is int else "numbers > 0"
     try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
+        values = [kind(part) for part in listed(text)]
     except ValueError:
         raise ValueError(f"{flag} {text}: expected comma-separated {what}, e.g. 1,8,50") from None
     if not values or any(v <= 0 for v in values):
@@ -101,7 +102,7 @@ def _adapter_settings(flags: MeasureFlags, scenario_adapters: dict[str, Any] | N
         return scenario_adapters
     settings = dict(scenario_adapters or {})
     if flags.adapters is not None:
-        settings["names"] = [name.strip() for name in flags.adapters.split(",") if name.strip()]
+        settings["names"] = listed(flags.adapters)
         if not settings["names"]:
             raise ValueError(f"--adapters {flags.adapters!r}: expected NAME,NAME,... (adapters the engine serves)")
     if flags.adapters_dir is not None:
@@ -109,16 +110,16 @@ def _adapter_settings(flags: MeasureFlags, scenario_adapters: dict[str, Any] | N
     if flags.lora:
         modules = dict(settings.get("modules") or {})
         for item in flags.lora:
-            name, sep, path = item.partition("=")
-            if not sep or not name.strip() or not path.strip():
+            name, path = key_value(item)
+            if not name or not path:
                 raise ValueError(f"--lora {item!r}: expected NAME=PATH (a PEFT LoRA folder, e.g. sql=adapters/sql)")
-            modules[name.strip()] = str(Path(path.strip()).resolve())
+            modules[name] = str(Path(path).resolve())
         settings["modules"] = modules
     if flags.adapter_mix is not None:
         settings["mix"] = flags.adapter_mix
     if flags.adapter_counts is not None:
         try:
-            counts = [int(part) for part in flags.adapter_counts.split(",") if part.strip()]
+            counts = [int(part) for part in listed(flags.adapter_counts)]
         except ValueError:
             counts = []
         if not counts or any(n < 0 for n in counts):
