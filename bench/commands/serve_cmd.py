@@ -4,14 +4,17 @@ front), until Ctrl-C. The engine's own flags are its argparse parser's (engines.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bench.commands import stopping
 from bench.commands.console import console, fail
 from bench.commands.helptext import examples
+from bench.inputs.flag_text import flag_name
+from bench.inputs.measure_options import MeasureFlags
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     import argparse
@@ -57,19 +60,26 @@ def _stack_flags(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _add_stack_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--replicas", type=int, metavar="N", help="run N replicas of the engine behind vllm-router")
-    parser.add_argument("--router-policy", default="round_robin", metavar="POLICY",
-                        help="the router's policy with --replicas: round_robin (default), cache_aware, power_of_two, "
-                             "random, consistent_hash")
-    parser.add_argument("--router-arg", action="append", default=[], metavar="KEY=VALUE",
-                        help="passed to vllm-router as --KEY VALUE (repeatable), e.g. balance-abs-threshold=4")
+    """`bench serve`'s own flags; those a measuring command takes too are its (MeasureFlags' fields), help and all."""
+    _add_measure_flag(parser, "replicas", type=int)
+    _add_measure_flag(parser, "router_policy", default="round_robin")
+    _add_measure_flag(parser, "router_arg", action="append", default=[])
     parser.add_argument("--ui", action="store_true", help="Open WebUI in front of the engine")
     parser.add_argument("--ui-port", type=int, default=8080, metavar="PORT", help="the UI's port (default 8080)")
-    parser.add_argument("--ui-python", metavar="PYTHON",
-                        help="the Python of Open WebUI's environment (default: $BENCH_OPENWEBUI)")
+    _add_measure_flag(parser, "ui_python")
     parser.add_argument("--ui-data", type=Path, default=Path.home() / ".local" / "share" / "bench" / "openwebui",
                         metavar="DIR",
                         help="where the UI keeps its data and the account it signs in with")
+
+
+def _add_measure_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, **how: Any) -> None:
+    """A field of MeasureFlags as an argparse flag: its name, help and value's name as the measuring commands show
+    them (the help in the engine's flags' style: lower case, no final stop); `how` says what argparse does with it
+    (its type, its default here)."""
+    declared = next(f for f in fields(MeasureFlags) if f.name == name)
+    text = declared.metadata["help"].removesuffix(".")
+    text = text[0].lower() + text[1:] if text[1:2].islower() else text  # a word, not a name like KEY=VALUE
+    parser.add_argument(flag_name(name), metavar=declared.metadata["metavar"], help=text, **how)
 
 
 SERVE_EXAMPLES = examples("bench serve --model default --port 8000",
