@@ -15,7 +15,7 @@ CLEAN_EXAMPLES = examples("bench clean --dry-run", "bench clean")
 
 def engines() -> None:
     """Every engine kind, and whether it can run on this machine (and why not)."""
-    from bench.commands.display import engines_table
+    from bench.commands.tables import engines_table
     from engines.availability import availability
 
     console.print(engines_table(availability()))

@@ -33,7 +33,7 @@ def history(
 
     A regression is a newest run outside the 95 % interval of the earlier ones; writes history.html with the
     plots, and exits 1 on a regression."""
-    from bench.commands.display import history_table
+    from bench.commands.tables import history_table
     from bench.flows.history import write_history_page
     from bench.flows.report import run_precision
     from bench.run import history as hist

@@ -220,7 +220,7 @@ def cost(
         return
     print_verdict(console, decision)
     if finetunes is not None:
-        from bench.commands.display import finetunes_table
+        from bench.commands.tables import finetunes_table
 
         console.print(finetunes_table(finetunes))
         for line in finetunes.lines:

@@ -38,7 +38,7 @@ def compare(run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR",
     """Put several runs side by side, level by level.
 
     Each level of each engine, with output tokens/s relative to the first run."""
-    from bench.commands.display import comparison_table
+    from bench.commands.tables import comparison_table
     from bench.run.rundir import RunDirError, read_run
 
     try:

@@ -71,7 +71,7 @@ def tune(
 
 def _show(outcome: TuneOutcome) -> None:
     """The table of every configuration, the best and its decision report, the tune report."""
-    from bench.commands.display import tune_table
+    from bench.commands.tables import tune_table
 
     plan = outcome.plan
     console.print(tune_table(list(outcome.results), outcome.chosen, outcome.default, plan.objective,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
 
 
 def print_verdict(console: Console, decision: Decision) -> None:
-    from bench.commands.display import DataTable
+    from bench.commands.tables import DataTable
     from common.units import tokens, usd
     from costmodel.prices import MAX_PRICE_AGE_DAYS
 
