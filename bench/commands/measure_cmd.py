@@ -14,7 +14,6 @@ from bench.commands.console import errors, fail
 from bench.commands.engines_cmd import warn_about_leftovers
 from bench.commands.flags import MeasureFlags, measure_command
 from bench.commands.helptext import SLO, examples
-from bench.inputs.flag_text import given_flags
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     from bench.flows.measure import Describe, Job, Say
@@ -40,10 +39,8 @@ def sweep(
     from bench.flows import measure
     from bench.inputs.options import LoadOverrides
 
-    given = given_flags({"concurrency": (concurrency, None), "rate": (rate, None), "burstiness": (burstiness, None),
-                         "max_concurrency": (max_concurrency, None)})
     levels = LoadOverrides(concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency)
-    jobs, complete = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", given)
+    jobs, complete = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", levels.given())
     _run(jobs, complete, flags)
 
 
@@ -73,28 +70,11 @@ def capacity(
     The search ramps the load up until a probe fails, then narrows down between the last pass and the first fail."""
     stopping.install()
     from bench.flows import measure
-    from bench.flows.capacity import CapacityPlan, parse_slo_flags
-    from bench.flows.search import SearchSettings
-    from bench.inputs.options import LoadOverrides
+    from bench.flows.capacity import CapacityAsk
 
-    given = given_flags({"slo": (slo, None), "attainment": (attainment, None), "tolerance": (tolerance, 0.05),
-                         "start": (start, 1.0), "rate": (rate, False), "max_load": (max_load, None),
-                         "max_probes": (max_probes, 20), "burstiness": (burstiness, None),
-                         "max_concurrency": (max_concurrency, None)})
-
-    def fresh(say: Say) -> list[measure.Job]:
-        levels = LoadOverrides(burstiness=burstiness, max_concurrency=max_concurrency)
-        scenario = measure.build_scenario(flags.scenario or measure.DEFAULT_SCENARIO, flags, levels)
-        target = attainment if attainment is not None else scenario.pricing.slo_attainment_target
-        if not 0 < target <= 1:
-            raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")
-        search = SearchSettings("rate" if rate else "concurrency", start, tolerance=tolerance, max_load=max_load,
-                                max_probes=max_probes)
-        plan = CapacityPlan(search, parse_slo_flags(slo or [], scenario.slo), target, flags.repeats or 1,
-                            scenario.load.burstiness, scenario.load.max_concurrency)
-        return measure.fresh_jobs(flags, levels, plan, lambda s: measure.with_slo(s, plan.slo, target), say)
-
-    jobs, complete = _jobs(fresh, flags, "capacity", given)
+    ask = CapacityAsk(slo=slo, attainment=attainment, tolerance=tolerance, start=start, rate=rate, max_load=max_load,
+                      max_probes=max_probes, burstiness=burstiness, max_concurrency=max_concurrency)
+    jobs, complete = _jobs(lambda say: measure.capacity_jobs(flags, ask, say), flags, "capacity", ask.given())
     _run(jobs, complete, flags, describe=_describe_probe)
 
 

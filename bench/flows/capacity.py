@@ -12,19 +12,58 @@ search leaves its trail.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bench.flows.costinputs import slo_margin, slo_problems_of
 from bench.flows.search import CapacitySearch, Probe, SearchResult
-from bench.inputs.flag_text import key_value
-from bench.run.capacity_record import CapacityPlan, CapacityRecord, ProbeRecord, RepeatRecord, write_capacity
+from bench.inputs.flag_text import given_flags, key_value
+from bench.inputs.scenario import Scenario
+from bench.run.capacity_record import (
+    CapacityPlan,
+    CapacityRecord,
+    ProbeRecord,
+    RepeatRecord,
+    SearchSettings,
+    write_capacity,
+)
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary
 
 SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms": "tpot_ms", "e2e_p95_ms": "e2e_ms",
             "session_p95_s": "session_s", "step_ttft_p95_ms": "step_ttft_ms"}
+
+
+@dataclass(frozen=True)
+class CapacityAsk:
+    """What `bench capacity` is asked besides the measuring flags, each with its flag's default."""
+
+    slo: list[str] | None = None  # KEY=VALUE targets over the scenario's SLO
+    attainment: float | None = None  # default: the scenario's
+    tolerance: float = 0.05
+    start: float = 1.0
+    rate: bool = False  # search the arrival rate, not the users
+    max_load: float | None = None
+    max_probes: int = 20
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+
+    def given(self) -> list[str]:
+        """The flags given a value other than their default, as --names (a resumed search takes none)."""
+        return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)})
+
+
+def capacity_plan(ask: CapacityAsk, scenario: Scenario, repeats: int | None) -> CapacityPlan:
+    """The search `ask` sets up over the scenario (its SLO, attainment target and open-loop shape where the
+    flags don't say); a bad flag is a ValueError naming it."""
+    target = ask.attainment if ask.attainment is not None else scenario.pricing.slo_attainment_target
+    if not 0 < target <= 1:
+        raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")
+    search = SearchSettings("rate" if ask.rate else "concurrency", ask.start, tolerance=ask.tolerance,
+                            max_load=ask.max_load, max_probes=ask.max_probes)
+    return CapacityPlan(search, parse_slo_flags(ask.slo or [], scenario.slo), target, repeats or 1,
+                        scenario.load.burstiness, scenario.load.max_concurrency)
 
 
 def parse_slo_flags(pairs: Sequence[str], base: SLO) -> SLO:

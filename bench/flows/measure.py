@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.flows.capacity import CapacityPlan
+from bench.flows.capacity import CapacityAsk, CapacityPlan, capacity_plan
 from bench.flows.sweep import SweepPlan, SweepProgress, SweepResult, run_sweep
 from bench.inputs.flag_text import listed
 from bench.inputs.measure_options import MeasureFlags
@@ -142,6 +142,15 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
                           replay=replay, sessions=sessions, clients=clients, adapters=adapters),
                 make_launcher(spec)) for spec in specs]
+
+
+def capacity_jobs(flags: MeasureFlags, ask: CapacityAsk, say: Say = silent) -> list[Job]:
+    """A capacity search's job per engine: the search `ask` sets up, its SLO written into the scenario each run
+    keeps (run.json and the report judge by it)."""
+    levels = LoadOverrides(burstiness=ask.burstiness, max_concurrency=ask.max_concurrency)
+    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, flags, levels)
+    plan = capacity_plan(ask, scenario, flags.repeats)
+    return fresh_jobs(flags, levels, plan, lambda s: with_slo(s, plan.slo, plan.attainment_target), say)
 
 
 def _with_served_model(spec: EngineFile, say: Say) -> EngineFile:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from bench.inputs.flag_text import key_value, listed
+from bench.inputs.flag_text import given_flags, key_value, listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.scenario import Scenario, ScenarioError, load_scenario
 from common.validation import describe_validation_error
@@ -24,6 +24,10 @@ class LoadOverrides:
     rate: str | None = None
     burstiness: float | None = None
     max_concurrency: int | None = None
+
+    def given(self) -> list[str]:
+        """The level flags given, as --names (a resumed run takes none)."""
+        return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)})
 
 
 def parse_levels_flag(flag: str, text: str, kind: type[int] | type[float]) -> list[Any]:

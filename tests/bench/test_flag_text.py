@@ -24,3 +24,13 @@ def test_listed_strips_each_value_and_leaves_out_empty_ones_across_several_texts
 def test_given_flags_are_those_off_their_default_named_as_typed_in_order() -> None:
     values = {"max_load": (8.0, None), "rate": (False, False), "slo": ([], None), "start": (2.0, 1.0)}
     assert given_flags(values) == ["--max-load", "--start"]
+
+
+def test_a_capacity_or_sweep_ask_names_only_the_flags_given_off_their_defaults() -> None:
+    """What `--resume` refuses: a flag the person gave, never one left at its default."""
+    from bench.flows.capacity import CapacityAsk
+    from bench.inputs.options import LoadOverrides
+
+    assert CapacityAsk().given() == [] and LoadOverrides().given() == []
+    assert CapacityAsk(slo=[], tolerance=0.1, rate=True).given() == ["--tolerance", "--rate"]
+    assert LoadOverrides(concurrency="1,8", max_concurrency=4).given() == ["--concurrency", "--max-concurrency"]
