@@ -101,71 +101,18 @@ def _serve_help() -> None:
 
 def _serve_stack(argv: list[str], options: ServerOptions, stack: argparse.Namespace) -> None:
     """The reference engine (or N replicas behind vllm-router), with Open WebUI in front when asked, until
-    Ctrl-C (or SIGTERM); everything stopped then, the UI first."""
-    import tempfile
-    import time
-    from contextlib import ExitStack
-
+    Ctrl-C (or SIGTERM); everything stopped then, the UI first (bench.flows.serve)."""
+    from bench.commands.display import RichJobWatcher
+    from bench.flows.serve import ServeStack, serve_stack, ui_data_note
     from engines.launch import EngineStartError
-    from engines.openwebui import CREDENTIALS, find_openwebui, launch_openwebui
-    from engines.process import launch_reference_argv, parse_engine_args
     from engines.reference.serving.options import api_key_of
-    from engines.replicas import budgeted, launch_replicas
 
-    logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    engine_port = options.port or None
-    api_key = api_key_of(options)  # to the engines in their environment, never on their command line
-    argv = _without(argv, "--api-key", "--api-key-env")
-    try:
-        if stack.ui:
-            find_openwebui(stack.ui_python)  # said before the engine loads
-        with ExitStack() as running:
-            if stack.replicas is not None:
-                argv = _without(argv, "--port", "--host")
-                replicas = budgeted(lambda budget: lambda run_dir: launch_reference_argv(
-                    run_dir, argv, env=budget.env(), cpus=budget.cpus, api_key=api_key), stack.replicas)
-                endpoint, info = running.enter_context(launch_replicas(
-                    replicas, logs, stack.router_policy, engine_port,
-                    router_args=dict(parse_engine_args(stack.router_arg))))
-                urls = ", ".join(r["base_url"] for r in info.details["replicas"])
-                console.print(f"{info.name} behind vllm-router ({stack.router_policy}) at {endpoint.base_url} "
-                              f"(replicas: {urls}), model {endpoint.model}", highlight=False, soft_wrap=True)
-            else:
-                endpoint, info = running.enter_context(launch_reference_argv(
-                    logs, _without(argv, "--host", "--port"), port=engine_port, api_key=api_key))
-                console.print(f"reference engine at {endpoint.base_url}, model {endpoint.model}", highlight=False)
-            if stack.ui:
-                ui = running.enter_context(launch_openwebui(logs, endpoint, stack.ui_data, stack.ui_port,
-                                                            stack.ui_python))
-                console.print(f"Open WebUI {ui.version or ''} at {ui.root}: sign in as {ui.account.email} with "
-                              f"password {ui.account.password} (kept in {stack.ui_data / CREDENTIALS})",
-                              highlight=False, soft_wrap=True)
-                console.print(_ui_data_note(stack.ui_data), highlight=False, soft_wrap=True)
-            console.print(f"logs in {logs}. Ctrl-C stops them all.", highlight=False)
-            while True:
-                time.sleep(3600)
+    around = ServeStack(**vars(stack))
+    try:  # the key goes to the engines in their environment, never on their command line
+        serve_stack(argv, options.port or None, api_key_of(options), around, RichJobWatcher().say)
     except (EngineStartError, ValueError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        if stack.ui:
-            console.print(f"stopped; {_ui_data_note(stack.ui_data)}", highlight=False, soft_wrap=True)
+        if around.ui:
+            console.print(f"stopped; {ui_data_note(around.ui_data)}", highlight=False, soft_wrap=True)
         raise typer.Exit(stopping.exit_code()) from None
-
-
-def _ui_data_note(data: Path) -> str:
-    return (f"Open WebUI's data (accounts, API keys, chats) stays in {data}, its owner's only (0700), for the next "
-            f"start; remove it with: rm -rf {data}")
-
-
-def _without(argv: list[str], *flags: str) -> list[str]:
-    """`argv` less each of `flags` and its value (`--port 8000` or `--port=8000`)."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in flags:
-            skip = True
-        elif not any(arg.startswith(flag + "=") for flag in flags):
-            kept.append(arg)
-    return kept
-
