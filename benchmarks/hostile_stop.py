@@ -17,13 +17,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import aiohttp
+
+from benchmarks._servers import ready_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 # 16 characters the model writes often: each stop string is one of them repeated, so partial matches are common
@@ -71,19 +71,6 @@ async def measure(url: str, tokens: int, neighbour: dict | None, warm_chunks: in
     return 1000 * statistics.median(gaps)
 
 
-def start_engine(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "engines.reference", "--model", args.model, "--host", "127.0.0.1", "--port", "0",
-               "--max-model-len", str(args.max_model_len)]  # fmt: skip
-    child = subprocess.Popen(command, cwd=args.source, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert child.stdout is not None
-    for line in child.stdout:
-        if "ready on" in line:
-            # its later lines read on and dropped, so a full pipe never stops the engine
-            threading.Thread(target=child.stdout.read, daemon=True).start()
-            return child, line.rsplit(" ", 1)[1].strip()
-    raise SystemExit(f"the engine did not start: {child.wait()}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default")
@@ -99,9 +86,10 @@ def main() -> None:
     benign = {"prompt": PROMPT, "max_tokens": long, "ignore_eos": True, "temperature": 0}
     hostile = {**benign, "stop": hostile_stops(args.stop_strings, args.stop_chars)}
     settings = {"a alone": None, "b beside benign": benign, "c beside hostile": hostile}
-    child, base_url = start_engine(args)
+    command = [sys.executable, "-m", "engines.reference", "--model", args.model, "--host", "127.0.0.1", "--port", "0",
+               "--max-model-len", str(args.max_model_len)]  # fmt: skip
     results: dict[str, list[float]] = {name: [] for name in settings}
-    try:
+    with ready_engine(command, cwd=args.source) as base_url:
         url = base_url + "/completions"
         asyncio.run(measure(url, 16, None, 0))  # warm-up
         for round_index in range(args.rounds):
@@ -109,9 +97,6 @@ def main() -> None:
                 results[name].append(asyncio.run(measure(url, args.tokens, neighbour, args.warm_chunks)))
             figures = ", ".join(f"{name} {values[-1]:.1f} ms" for name, values in results.items())
             print(f"round {round_index + 1}: {figures}", flush=True)
-    finally:
-        child.terminate()
-        child.wait(30)
     a, b, c = (statistics.median(values) for values in results.values())
     print(f"\nreference engine ({args.model}) from {args.source}; stop list {args.stop_strings} x {args.stop_chars} "
           f"characters; median inter-token latency of a {args.tokens}-token stream, medians of {args.rounds} rounds:")

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.loadgen_ceiling import start_server
+from benchmarks._servers import scripted_server
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
@@ -99,16 +99,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8021)
     args = parser.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
-    try:
+    with scripted_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]):
         results = []
         for concurrency in (int(v) for v in args.levels.split(",")):
             server_sent(args.port)  # clears what earlier levels left
             summary = measure(args.port, concurrency, args.duration)
             results.append(report(concurrency, summary, server_sent(args.port)))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     print("all within tolerance" if all(results) else "SOME FIGURES OUT OF TOLERANCE")
 
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks._servers import scripted_server
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
@@ -30,18 +29,6 @@ CASES = [  # (name, concurrency, output tokens per request)
     ("requests/s, 8-token streams", 64, 8),
     ("concurrency 256, 256-token streams", 256, 256),
 ]
-
-
-def start_server(port: int, timing: list[str] | None = None) -> subprocess.Popen[bytes]:
-    """The scripted server in its own process, on the last core (the client takes the first)."""
-    cores = sorted(os.sched_getaffinity(0))
-    pin = ["taskset", "-c", str(cores[-1])] if len(cores) > 1 else []
-    timing = timing or ["--ttft-ms", "0", "--itl-ms", "0"]
-    command = [*pin, sys.executable, "-m", "scripted", "--port", str(port), *timing]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE)
-    assert server.stdout is not None
-    server.stdout.readline()  # "listening on ..."
-    return server
 
 
 def measure(port: int, concurrency: int, output_tokens: int, duration_s: float) -> tuple[float, ...]:
@@ -66,8 +53,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8019)
     args = parser.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # the client gets exactly one core
-    server = start_server(args.port)
-    try:
+    with scripted_server(args.port):
         for name, concurrency, output_tokens in CASES:
             runs = [measure(args.port, concurrency, output_tokens, args.duration)
                     for _ in range(args.repeats)]
@@ -75,9 +61,6 @@ def main() -> None:
             print(f"{name:38s} c={concurrency:<4d} {tokens:10.0f} tokens/s {requests:8.0f} requests/s "
                   f"held {held:6.1f} in flight  client cpu {cpu:4.0%}  failed {failed:.0f}  "
                   f"(median of {args.repeats})", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.loadgen_ceiling import start_server
+from benchmarks._servers import scripted_server
 
 TTFT_MS, ITL_MS, TOKENS, PROMPT_TOKENS = 100.0, 20.0, 128, 64
 AGENT_SCENARIO = f"""name: agent-bench
@@ -145,8 +145,7 @@ def main() -> None:
     parser.add_argument("--sessions", action="store_true", help="agent sessions too, as many alive as the users")
     args = parser.parse_args()
     clients = ("raw", "bench", "agent") if args.sessions else ("raw", "bench")
-    server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
-    try:
+    with scripted_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]):
         print(f"errors against what the server sent [against the programmed TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms]; "
               f"medians of {args.repeats}")
         for users in (int(v) for v in args.levels.split(",")):
@@ -158,9 +157,6 @@ def main() -> None:
             show(users, "raw", runs["raw"], None)
             for client in clients[1:]:
                 show(users, client, runs[client], median(runs["raw"], "cpu_s_per_1k_tokens"))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

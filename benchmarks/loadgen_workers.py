@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks._servers import scripted_server
 from benchmarks.loadgen_accuracy import ITL_MS, TOKENS, TTFT_MS, server_sent, tolerances
-from benchmarks.loadgen_ceiling import start_server
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.columns import columns_of
@@ -122,10 +122,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--port", type=int, default=8023)
     args = parser.parse_args()
-    server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
-    print(f"TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {TOKENS} tokens, {args.duration:g} s levels, "
-          f"median of {args.repeats}; errors against the programmed truth ('!' past the tolerance)")
-    try:
+    with scripted_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]):
+        print(f"TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {TOKENS} tokens, {args.duration:g} s levels, "
+              f"median of {args.repeats}; errors against the programmed truth ('!' past the tolerance)")
         with modes(args.workers, args.ray, set(args.modes.split(","))) as listed:
             for users in (int(v) for v in args.users.split(",")):
                 for name, pool in listed:
@@ -134,9 +133,6 @@ def main() -> None:
                         outcomes.append(measure(args.port, users, args.duration, pool))
                         time.sleep(1.0)  # the server's sockets settle between levels
                     summarize(name, users, outcomes)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks._servers import ready_engine
+
 VLLM_CLIENT = (
     "import sys\n"
     "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
@@ -57,13 +59,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--port", type=int, default=8127)
     args = parser.parse_args()
-    engine = subprocess.Popen([sys.executable, "-m", "bench", "serve", "--port", str(args.port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert engine.stdout is not None
-        for line in engine.stdout:
-            if "ready on" in line:
-                break
+    with ready_engine([sys.executable, "-m", "bench", "serve", "--port", str(args.port)]):
         model = httpx.get(f"http://127.0.0.1:{args.port}/v1/models", timeout=10).json()["data"][0]["id"]
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             before = server_ttft(args.port)
@@ -88,9 +84,6 @@ def main() -> None:
                                check=True, capture_output=True, text=True, timeout=600)
                 (summary,) = json.loads(next(Path(out).glob("*/summary.json")).read_text())
             report(concurrency, "bench sweep", summary["ttft_ms"]["mean"], before, server_ttft(args.port))
-    finally:
-        engine.terminate()
-        engine.wait(timeout=30)
 
 
 if __name__ == "__main__":

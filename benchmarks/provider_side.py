@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.loadgen_ceiling import start_server
+from benchmarks._servers import scripted_server
 from loadgen.arrivals import Level
 from loadgen.client import ClientOptions
 from loadgen.datasets import iter_requests
@@ -79,13 +79,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=6.0)
     parser.add_argument("--port", type=int, default=8013)
     args = parser.parse_args()
-    server = start_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)])
-    try:
+    with scripted_server(args.port, ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]):
         reasoning(args.port, [int(u) for u in args.users.split(",")], args.duration)
         throttling(args.port, [float(r) for r in args.rates.split(",")], args.limit, args.duration)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

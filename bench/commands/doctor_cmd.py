@@ -16,7 +16,7 @@ from bench.commands.console import console
 from bench.commands.helptext import OUTPUT, examples
 
 if TYPE_CHECKING:  # imported when used: `bench --help` stays quick
-    from bench.commands.display import DataTable
+    from bench.commands.tables import DataTable
     from bench.flows.doctor_types import Finding, Report
 
 STATUS_STYLES = {"ok": "green", "missing": "yellow", "not usable": "red"}
@@ -66,7 +66,7 @@ def print_report(report: Report) -> None:
 
 
 def findings_table(title: str, findings: list[Finding]) -> DataTable:
-    from bench.commands.display import DataTable
+    from bench.commands.tables import DataTable
 
     table = DataTable(title=title)
     for name in ("check", "status", "detail", "to install or enable"):

@@ -15,6 +15,7 @@ import typer
 
 from bench.commands.console import console, fail
 from bench.commands.helptext import OUTPUT, BenchTyper, examples
+from bench.inputs.flag_text import listed
 
 EXAMPLES = examples("bench lora make --out adapters/",
                     "bench lora make --rank 16 --targets q_proj,v_proj --count 16 --out adapters/")
@@ -49,7 +50,7 @@ def make(
         config = resolve_model_config(base)
         names = [f"{prefix}-{i}" for i in range(count)]
         for i, name in enumerate(names):
-            write_random_adapter(out / name, config, rank=rank, targets=[t.strip() for t in targets.split(",")],
+            write_random_adapter(out / name, config, rank=rank, targets=listed(targets),
                                  seed=seed + i, alpha=alpha, base_model=base)  # fmt: skip
     except (AdapterError, ValueError, OSError) as exc:
         fail(f"bench lora make: {exc}")

@@ -99,7 +99,7 @@ def plan(
 
 
 def memory_table(result: Plan) -> Table:
-    from bench.commands.display import DataTable  # the model's name is a file's word: no markup
+    from bench.commands.tables import DataTable  # the model's name is a file's word: no markup
     from costmodel.plan import gb
 
     inputs, m = result.inputs, result.memory

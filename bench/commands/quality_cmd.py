@@ -57,7 +57,8 @@ def quality(
     Greedy, every item once: accuracy with its 95 % interval, by grader and category, written to quality.json;
     engines compared item by item (exact McNemar)."""
     stopping.install()
-    from bench.commands.display import RichJobWatcher, quality_runs_table
+    from bench.commands.display import RichJobWatcher
+    from bench.commands.tables import quality_runs_table
     from bench.flows.quality import QualityError, QualityPlan, run_quality
     from bench.inputs.scenario import ScenarioError
     from engines.endpoint import EndpointError
@@ -97,7 +98,8 @@ def quality(
 
 def _lm_eval(flags: MeasureFlags, task: str, include: Path | None, limit: int | None, concurrency: int) -> None:
     """lm-eval against each engine; its scores printed, and written to each run's quality.json."""
-    from bench.commands.display import DataTable, RichJobWatcher
+    from bench.commands.display import RichJobWatcher
+    from bench.commands.tables import DataTable
     from bench.flows.lm_eval import LmEvalError, LmEvalPlan, find_lm_eval, run_lm_eval
     from engines.endpoint import EndpointError
     from engines.launch import EngineStartError

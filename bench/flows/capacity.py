@@ -12,12 +12,21 @@ search leaves its trail.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from bench.flows.costinputs import slo_margin, slo_problems_of
 from bench.flows.search import CapacitySearch, Probe, SearchResult
-from bench.run.capacity_record import CapacityPlan, CapacityRecord, ProbeRecord, RepeatRecord, write_capacity
+from bench.inputs.flag_text import given_flags, key_value
+from bench.inputs.scenario import Scenario
+from bench.run.capacity_record import (
+    CapacityPlan,
+    CapacityRecord,
+    ProbeRecord,
+    RepeatRecord,
+    SearchSettings,
+    write_capacity,
+)
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import interval
 from loadgen.types import SLO, LevelSummary
@@ -26,21 +35,51 @@ SLO_KEYS = {"ttft_p95_ms": "ttft_ms", "ttfvt_p95_ms": "ttfvt_ms", "tpot_p95_ms":
             "session_p95_s": "session_s", "step_ttft_p95_ms": "step_ttft_ms"}
 
 
+@dataclass(frozen=True)
+class CapacityAsk:
+    """What `bench capacity` is asked besides the measuring flags, each with its flag's default."""
+
+    slo: list[str] | None = None  # KEY=VALUE targets over the scenario's SLO
+    attainment: float | None = None  # default: the scenario's
+    tolerance: float = 0.05
+    start: float = 1.0
+    rate: bool = False  # search the arrival rate, not the users
+    max_load: float | None = None
+    max_probes: int = 20
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+
+    def given(self) -> list[str]:
+        """The flags given a value other than their default, as --names (a resumed search takes none)."""
+        return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)})
+
+
+def capacity_plan(ask: CapacityAsk, scenario: Scenario, repeats: int | None) -> CapacityPlan:
+    """The search `ask` sets up over the scenario (its SLO, attainment target and open-loop shape where the
+    flags don't say); a bad flag is a ValueError naming it."""
+    target = ask.attainment if ask.attainment is not None else scenario.pricing.slo_attainment_target
+    if not 0 < target <= 1:
+        raise ValueError(f"--attainment {target:g}: expected a share in (0, 1], e.g. 0.95")
+    search = SearchSettings("rate" if ask.rate else "concurrency", ask.start, tolerance=ask.tolerance,
+                            max_load=ask.max_load, max_probes=ask.max_probes)
+    return CapacityPlan(search, parse_slo_flags(ask.slo or [], scenario.slo), target, repeats or 1,
+                        scenario.load.burstiness, scenario.load.max_concurrency)
+
+
 def parse_slo_flags(pairs: Sequence[str], base: SLO) -> SLO:
     """`["ttft_p95_ms=500", "tpot_p95_ms=40"]` over the scenario's SLO; an unknown key names the known ones."""
     values = base.model_dump()
     for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
+        key, text = key_value(pair)
         if key not in SLO_KEYS:
             raise ValueError(f"--slo {pair}: unknown target '{key}'; use {', '.join(SLO_KEYS)} (KEY=MILLISECONDS, "
                              "or KEY=SECONDS for a key ending in _s)")
         unit, example = ("SECONDS", 120) if key.endswith("_s") else ("MILLISECONDS", 500)
         try:
-            value = float(text)
+            value = float(text or "")
         except ValueError:
             raise ValueError(f"--slo {pair}: expected {key}={unit}, e.g. {key}={example}") from None
-        if not sep or value <= 0:
+        if value <= 0:
             raise ValueError(f"--slo {pair}: expected {key}={unit} > 0, e.g. {key}={example}")
         values[SLO_KEYS[key]] = value
     return SLO.model_validate(values)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.flows.capacity import CapacityPlan
+from bench.flows.capacity import CapacityAsk, CapacityPlan, capacity_plan
 from bench.flows.sweep import SweepPlan, SweepProgress, SweepResult, run_sweep
+from bench.inputs.flag_text import listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides, scenario_overrides
 from bench.inputs.overrides import build_scenario
@@ -126,7 +127,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                         port=flags.port, args=parse_engine_args(flags.engine_arg or []), replicas=replicas,
                         router_policy=flags.router_policy or "round_robin",
                         router_args=parse_engine_args(flags.router_arg or []),
-                        replica_metrics=_split(flags.replica_metrics)) for kind in kinds]
+                        replica_metrics=listed(flags.replica_metrics)) for kind in kinds]
     specs += [load_engine_file(path) for path in flags.engine_file or []]
     specs = [_with_served_model(spec, say) for spec in specs]
     if adapters is not None and adapters.served:  # the adapters go to every engine bench starts
@@ -142,6 +143,15 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
                           replay=replay, sessions=sessions, clients=clients, adapters=adapters),
                 make_launcher(spec)) for spec in specs]
+
+
+def capacity_jobs(flags: MeasureFlags, ask: CapacityAsk, say: Say = silent) -> list[Job]:
+    """A capacity search's job per engine: the search `ask` sets up, its SLO written into the scenario each run
+    keeps (run.json and the report judge by it)."""
+    levels = LoadOverrides(burstiness=ask.burstiness, max_concurrency=ask.max_concurrency)
+    scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, scenario_overrides(flags, levels))
+    plan = capacity_plan(ask, scenario, flags.repeats)
+    return fresh_jobs(flags, levels, plan, lambda s: with_slo(s, plan.slo, plan.attainment_target), say)
 
 
 def _with_served_model(spec: EngineFile, say: Say) -> EngineFile:
@@ -163,10 +173,6 @@ def client_pool(workers: int | None, ray: str | None) -> ClientPool:
 
         require_ray(ray)
     return ClientPool(workers or 1, ray)
-
-
-def _split(listed: str | None) -> list[str]:
-    return [part.strip() for part in (listed or "").split(",") if part.strip()]
 
 
 def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],

@@ -1,269 +1,276 @@
-"""`bench tune`: an engine's configurations as a sweep dimension.
+"""The flow of `bench tune`: measure each configuration of one engine in turn, then put them side by side.
 
-A tune is a folder holding one run directory per configuration and `tune.json`, which lists the
-configurations and the run each one has (written after every step, so a tune that was stopped goes on with
-`--resume`: a configuration whose run is complete is not run again, an interrupted one resumes). The
-configurations are the default (no engine argument changed), then the cartesian product of `--grid`s or the
-rows of a `--configs` file. Each is judged from its own run report (`report.json`): capacity under the SLO
-and output tokens/s at the operating point, what that costs per 1M output tokens, time to ready; the best
-by the objective is marked, and the Pareto front of per-user speed against throughput per GPU is found.
+A fresh tune checks its flags, makes its folder and writes tune.json (`bench.flows.tune_plan`); `--resume`
+reads that folder back with the settings it began with. Each configuration is then a sweep of its own (its
+run directory, its report) inside the tune folder, and its state is saved in tune.json after every step; the
+tune's table, chart and report are made when the last one ends (`bench.flows.tune_ranking`,
+`reports.tune_report`). Nothing here prints: lines go through the command's `TuneWatcher`, and the result comes
+back as a `TuneOutcome`.
 """
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from bench.run.rundir import Run, RunDirError, read_run
-from common.accuracy import Accuracy
-from common.names import UnsafeNameError, inside
-from common.validation import parse_yaml_mapping, read_text
-from loadgen.metrics import MAX_OUTSIDE_CORES
-
-TUNE_FILE = "tune.json"
-OBJECTIVES = ("capacity", "cost", "throughput", "latency")
-DEFAULT_NAME = "default"
-
-
-class TuneError(ValueError):
-    """A bad grid, configs file or tune folder; the message names the flag and what is accepted."""
+from bench.flows import measure
+from bench.flows.tune_plan import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
+from bench.flows.tune_ranking import ConfigResult, accuracy_note, best, config_result, objective_figure, pareto_front
+from bench.inputs.flag_text import given_flags
+from bench.inputs.measure_options import MeasureFlags
+from bench.inputs.options import LoadOverrides
+from bench.run.resume import check_owner
+from common.private import make_private_dir
 
 
 @dataclass(frozen=True)
-class TuneConfig:
-    """One configuration: the engine arguments it changes from the engine's defaults (`model` included)."""
+class TuneAsk:
+    """What `bench tune` is asked besides the measuring flags: the configurations, the objective, the levels."""
 
-    name: str
-    args: dict[str, str] = field(default_factory=dict)
-
-
-def parse_grids(grids: list[str]) -> list[TuneConfig]:
-    """`KEY=V1,V2` for each `--grid`: every combination, in the order given."""
-    axes: list[tuple[str, list[str]]] = []
-    for grid in grids:
-        key, _, listed = grid.partition("=")
-        values = [v.strip() for v in listed.split(",") if v.strip()]
-        if not key.strip() or not values:
-            raise TuneError(f"--grid {grid}: expected KEY=V1,V2,... (an engine argument and its values), e.g. "
-                            "max-num-seqs=16,64,256")
-        if key in (k for k, _ in axes):
-            raise TuneError(f"--grid {grid}: {key} is given twice; list all its values in one --grid")
-        axes.append((key.strip(), values))
-    return [TuneConfig(_name(dict(zip([k for k, _ in axes], combo, strict=True))),
-                       dict(zip([k for k, _ in axes], combo, strict=True)))
-            for combo in itertools.product(*(values for _, values in axes))]
+    grid: list[str] | None = None
+    configs: Path | None = None
+    objective: str = "capacity"
+    concurrency: str | None = None
+    rate: str | None = None
+    min_accuracy: float | None = None
 
 
-def read_configs(path: Path) -> list[TuneConfig]:
-    """A YAML file: `configs:` a list of mappings of engine arguments (an optional `name` each)."""
-    if not path.is_file():
-        raise TuneError(f"--configs {path}: no such file")
-    raw = parse_yaml_mapping(read_text(path, TuneError), str(path), TuneError, "a mapping with a `configs:` list")
-    rows = raw.get("configs")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and r for r in rows):
-        raise TuneError(f"{path}: expected `configs:` a non-empty list of mappings of engine arguments, e.g. "
-                        "[{max-num-seqs: 64}, {max-num-seqs: 256, max-num-batched-tokens: 4096}]")
-    configs = []
-    for row in rows:
-        args = {str(k): _text(v) for k, v in row.items() if k != "name"}
-        configs.append(TuneConfig(str(row.get("name") or _name(args)), args))
-    return configs
+class TuneWatcher(measure.JobWatcher, Protocol):
+    """What the command shows while a tune runs: its jobs as a measuring command's, and two lines of its own."""
+
+    def configuration(self, name: str) -> None:
+        """A configuration's sweep begins."""
+
+    def warn(self, line: str) -> None:
+        """Something the tune goes on without (a configuration's report that could not be written)."""
 
 
-def _text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+@dataclass(frozen=True)
+class TuneOutcome:
+    """A tune that ran to its end (its table, report and the best's decision) or was interrupted (then only
+    `plan` and `interrupted`: tune.json says where to go on)."""
+
+    plan: Tune
+    results: tuple[ConfigResult, ...] = ()
+    chosen: ConfigResult | None = None
+    default: ConfigResult | None = None
+    num_tried: int = 0
+    report: Path | None = None  # tune.html
+    decision: Path | str | None = None  # the best's decision report, or why it was not written; None: no best
+    num_failed: int = 0
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.num_failed else 0
 
 
-def _name(args: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in args.items()) or DEFAULT_NAME
-
-
-def with_default(configs: list[TuneConfig]) -> list[TuneConfig]:
-    """The default first (what an untuned engine gives), then each configuration once."""
-    seen: dict[str, TuneConfig] = {DEFAULT_NAME: TuneConfig(DEFAULT_NAME)}
-    for config in configs:
-        if seen.setdefault(config.name, config).args != config.args:
-            raise TuneError(f"configuration name '{config.name}' is given to two different configurations; name "
-                            "each one once (`default` is the engine's own, with no argument changed)")
-    return list(seen.values())
-
-
-@dataclass
-class TuneEntry:
-    config: TuneConfig
-    run_dir: str | None = None  # relative to the tune folder
-    status: str = "pending"  # pending, complete, interrupted, failed: REASON
-
-
-@dataclass
-class Tune:
-    folder: Path
-    engine: str
-    objective: str
-    entries: list[TuneEntry]
-    # The measuring flags every configuration shares (MeasureFlags' fields, and the levels), as given: a
-    # resumed tune measures what is left exactly as it began.
-    settings: dict[str, Any] = field(default_factory=dict)
-    min_accuracy: float | None = None  # a configuration whose accuracy interval lies below it can't be the best
-    created_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-
-    def save(self) -> None:
-        data = {"engine": self.engine, "objective": self.objective, "created_at": self.created_at,
-                "settings": self.settings, "min_accuracy": self.min_accuracy,
-                "configs": [{**asdict(e.config), "run_dir": e.run_dir, "status": e.status} for e in self.entries]}
-        temporary = self.folder / (TUNE_FILE + ".tmp")
-        temporary.write_text(json.dumps(data, indent=2) + "\n")
-        temporary.replace(self.folder / TUNE_FILE)  # never a half-written tune.json
-
-    @classmethod
-    def load(cls, folder: Path) -> Tune:
-        path = folder / TUNE_FILE
-        if not path.is_file():
-            raise TuneError(f"--resume {folder}: no {TUNE_FILE} there (not a tune folder)")
+def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher) -> TuneOutcome:
+    """A tune begun or resumed, each configuration measured, the tune reported. Raises TuneError (a ValueError)
+    naming the flag for what can't be tuned; Ctrl-C during a configuration saves where it was and returns an
+    interrupted outcome."""
+    plan, flags, levels = open_tune(flags, ask)
+    watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
+              f"({', '.join(e.config.name for e in plan.entries)})")
+    num_failed = 0
+    for entry in plan.entries:
+        if entry.status == "complete":
+            watch.say(f"{entry.config.name}: complete, not run again")
+            if entry.run_dir and not (plan.folder / entry.run_dir / "report.json").is_file():
+                _report(entry.config.name, plan.folder / entry.run_dir, watch)  # stopped before its report
+            continue
         try:
-            data = json.loads(path.read_text())
-            entries = [TuneEntry(TuneConfig(c["name"], c["args"]), _run_dir_inside(folder, c.get("run_dir"), i),
-                                 c.get("status", "pending")) for i, c in enumerate(data["configs"])]
-            return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
-                       data.get("min_accuracy"), data["created_at"])
-        except UnsafeNameError as error:
-            raise TuneError(f"--resume {folder}: {error}") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as error:  # a file not written by bench tune
-            raise TuneError(f"--resume {folder}: {TUNE_FILE} is not a tune record ({type(error).__name__}: "
-                            f"{str(error)[:200]})") from None
+            num_failed += not _measure(plan, entry, flags, levels, watch)
+        except KeyboardInterrupt:
+            return TuneOutcome(plan, interrupted=True)
+    return dataclasses.replace(_finish(plan), num_failed=num_failed)
 
 
-def _run_dir_inside(folder: Path, run_dir: object, index: int) -> str | None:
-    """A configuration's run directory, as tune.json names it: one folder inside the tune folder, or none."""
-    if run_dir is None:
-        return None
-    inside(folder, str(run_dir), f"{TUNE_FILE} configs[{index}].run_dir")
-    return str(run_dir)
+def open_tune(flags: MeasureFlags, ask: TuneAsk) -> tuple[Tune, MeasureFlags, LoadOverrides]:
+    """The tune to run, the flags its configurations share and their levels: a new tune folder, or the one
+    `--resume` names with the settings it began with."""
+    if not flags.report:  # each configuration's sweep is run with report=False, then reported here all the same
+        raise TuneError("--no-report: bench tune ranks its configurations by each one's run report (report.json), "
+                        "so it always writes them; drop --no-report")
+    if flags.resume:
+        plan = _resumed(flags, ask)
+        flags, concurrency, rate = _settings_back(plan.settings)
+    else:
+        plan, concurrency, rate = _fresh(flags, ask), ask.concurrency, ask.rate
+    return plan, flags, LoadOverrides(concurrency=concurrency, rate=rate)
 
 
-def check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise TuneError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
-    return objective
+def _resumed(flags: MeasureFlags, ask: TuneAsk) -> Tune:
+    """The tune folder `--resume` names, refused with any flag that would change what it began with."""
+    assert flags.resume
+    own = given_flags({"grid": (ask.grid, None), "configs": (ask.configs, None), "concurrency": (ask.concurrency, None),
+                       "rate": (ask.rate, None)})
+    given = [f for f in flags.given() if f != "--engine"] + own
+    if len(flags.resume) != 1 or given:
+        raise TuneError(f"--resume takes one tune folder and keeps the settings it began with; drop "
+                        f"{', '.join(given) or 'the other folders'}")
+    check_owner(flags.resume[0], "tune.json")  # its configurations are run as they are written
+    plan = Tune.load(flags.resume[0])
+    if ask.objective not in ("capacity", plan.objective):
+        raise TuneError(f"--resume keeps the objective the tune began with ({plan.objective}); drop "
+                        f"--objective {ask.objective}")
+    return plan
 
 
-@dataclass(frozen=True)
-class ConfigResult:
-    """A configuration's figures, from its run's report (None where the report does not give one)."""
+def _fresh(flags: MeasureFlags, ask: TuneAsk) -> Tune:
+    """A new tune: one engine's configurations checked, its folder made and tune.json written."""
+    kinds = flags.engine or ["reference"]
+    if len(kinds) != 1:
+        raise TuneError(f"--engine {', '.join(kinds)}: a tune tries one engine's configurations; give one")
+    if flags.engine_file or flags.through_ui or kinds == ["openwebui"]:
+        raise TuneError("a tune tries the configurations of one engine given by --engine KIND; an "
+                        "--engine-file, --through-ui or --engine openwebui would add engines of their own")
+    if bool(ask.grid) == bool(ask.configs):
+        raise TuneError("give --grid KEY=V1,V2 (repeatable) or --configs FILE: the configurations to try")
+    tried = read_configs(ask.configs) if ask.configs else parse_grids(ask.grid or [])
+    folder = flags.out / f"tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kinds[0]}"
+    make_private_dir(folder)
+    plan = Tune(folder, kinds[0], check_objective(ask.objective), [TuneEntry(c) for c in with_default(tried)],
+                _settings(flags, ask.concurrency, ask.rate), ask.min_accuracy)
+    plan.save()
+    return plan
 
-    name: str
-    args: dict[str, str]
-    status: str
-    run_dir: str | None
-    capacity_load: float | None = None  # users (or requests/s) at the operating point
-    output_tokens_per_s: float | None = None  # at the operating point
-    usd_per_m_output_tokens: float | None = None  # one replica busy at the operating point
-    time_to_ready_s: float | None = None
-    ttft_p50_ms_lowest_load: float | None = None
-    peak_output_tokens_per_s: float | None = None
-    curve: tuple[tuple[float, float], ...] = ()  # per level: (1000 / TPOT p50, output tokens/s per GPU)
-    why_no_point: str | None = None
-    busy: str | None = None  # levels that shared the machine with other work, said as the level notes say it
-    accuracy: Accuracy | None = None  # a graded workload (e.g. --scenario quality): its answers, all levels pooled
 
-
-def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
-    """What the configuration's run measured, as its own report judged it."""
-    base = ConfigResult(entry.config.name, entry.config.args, entry.status, entry.run_dir)
-    if entry.run_dir is None:
-        return base
-    run_dir = tune_folder / entry.run_dir
-    report_path = run_dir / "report.json"
+def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides, watch: TuneWatcher) -> bool:
+    """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json.
+    Ctrl-C saves it as interrupted and goes on up."""
+    watch.configuration(entry.config.name)
+    before = set(plan.folder.iterdir())
     try:
-        run: Run | None = read_run(run_dir)
-    except RunDirError:
-        run = None
-    ready = run.info.engine.details.time_to_ready_s if run is not None else None
-    busy = busy_note(run) if run is not None else None
-    if not report_path.is_file():
-        return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written",
-                               "busy": busy})
-    report = json.loads(report_path.read_text())
-    engine = report["engines"][0]  # one engine: the configuration's
-    point = engine.get("operating_point") or {}
-    per_hour = engine.get("replica_usd_per_hour")
-    tokens = point.get("output_tokens_per_s")
-    levels = engine.get("levels") or []
-    gpus = report["inputs"]["assumptions"].get("gpus_per_replica") or 1
-    # The view independent benchmarks use (as the run report's): the speed each user sees, 1000 / TPOT p50,
-    # against output tokens/s per GPU.
-    curve = tuple((1000 / lv["tpot_ms"]["p50"], lv["output_tokens_per_s"] / gpus)
-                  for lv in levels if (lv.get("tpot_ms") or {}).get("p50") and lv.get("output_tokens_per_s"))
-    first = min(levels, key=lambda lv: lv.get("load") or 0, default={})  # the lowest load, whatever the order
-    return ConfigResult(
-        entry.config.name, entry.config.args, entry.status, entry.run_dir, point.get("load"), tokens,
-        per_hour / (tokens * 3600) * 1e6 if per_hour and tokens else None, ready,
-        (first.get("ttft_ms") or {}).get("p50"), max((lv.get("output_tokens_per_s") or 0 for lv in levels),
-                                                     default=None),
-        curve, engine.get("no_operating_point_reason"), busy, Accuracy(**engine["accuracy"]) if engine.get("accuracy")
-        else None)
+        if entry.run_dir and entry.status == "interrupted":
+            jobs, finished = measure.resumed_jobs(MeasureFlags(resume=[plan.folder / entry.run_dir], out=plan.folder),
+                                                  "sweep", [], watch.say)
+            if finished:  # it ended before tune.json heard of it
+                entry.status = "complete"
+                plan.save()
+                _report(entry.config.name, plan.folder / entry.run_dir, watch)
+                return True
+        else:
+            entry.run_dir = None  # a configuration run afresh: an earlier failed run is not its figures
+            jobs = measure.fresh_jobs(_config_flags(flags, plan, entry.config.args), levels, say=watch.say)
+        if len(jobs) != 1:
+            raise RuntimeError(f"a tune configuration is one job, not {len(jobs)}")
+        outcome = measure.run_jobs(jobs, watch)
+    except KeyboardInterrupt:
+        entry.run_dir = entry.run_dir or _new_run_dir(plan.folder, before)
+        entry.status = "interrupted"
+        plan.save()
+        raise
+    except Exception as exc:  # a bad flag or engine argument: this configuration fails, the others go on
+        entry.status = f"failed: {exc}"
+        plan.save()
+        watch.failed(entry.config.name, str(exc))
+        return False
+    return _measured(plan, entry, outcome, before, watch)
 
 
-def busy_note(run: Run) -> str | None:
-    """The levels of a run that shared the machine with other work (past the level notes' threshold), and the
-    most that went elsewhere: a configuration measured on a busy machine reads lower than it is."""
-    machines = {s.level: s.client.machine for s in run.summaries if s.client.machine}
-    taken = {label: max(machine.others_cores, machine.steal_cores) for label, machine in machines.items()}
-    busy = {label: cores for label, cores in taken.items() if cores > MAX_OUTSIDE_CORES}
-    if not busy:
+def _measured(plan: Tune, entry: TuneEntry, outcome: measure.Outcome, before: set[Path], watch: TuneWatcher) -> bool:
+    """A configuration's sweep ended: its run directory and state saved, its report written."""
+    result = outcome.results[0] if outcome.results else None
+    entry.run_dir = result.run_dir.name if result else entry.run_dir or _new_run_dir(plan.folder, before)
+    if outcome.failures:
+        entry.status = f"failed: {outcome.failures[0][1]}"
+    else:
+        entry.status = "complete" if result and result.status == "complete" else f"failed: {result and result.status}"
+    plan.save()
+    if result is not None:
+        _report(entry.config.name, result.run_dir, watch)
+    if outcome.failures:
+        watch.failed(entry.config.name, outcome.failures[0][1])
+    return entry.status == "complete"
+
+
+def _settings(flags: MeasureFlags, concurrency: str | None, rate: str | None) -> dict[str, Any]:
+    """What every configuration is measured with, in JSON."""
+    values = {f.name: getattr(flags, f.name) for f in dataclasses.fields(flags) if f.name not in ("resume", "out")}
+    as_text = {k: [str(p) for p in v] if isinstance(v, list) and v and isinstance(v[0], Path)
+               else str(v) if isinstance(v, Path) else v for k, v in values.items()}
+    return {"flags": as_text, "out": str(flags.out), "concurrency": concurrency, "rate": rate}
+
+
+def _settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
+    """`_settings`' JSON back into the flags it was made from."""
+    values = dict(settings.get("flags", {}))
+    for name in ("tokenizer", "dataset"):
+        values[name] = Path(values[name]) if values.get(name) else None
+    values["engine_file"] = [Path(p) for p in values["engine_file"]] if values.get("engine_file") else None
+    return (MeasureFlags(**values, out=Path(settings.get("out", "runs"))), settings.get("concurrency"),
+            settings.get("rate"))
+
+
+def _report(name: str, run_dir: Path, watch: TuneWatcher) -> None:
+    """The configuration's run report, which the tune reads its figures from."""
+    from bench.flows.report import render_run_report
+
+    try:
+        render_run_report(run_dir)
+    except Exception as exc:  # the measurements are kept; the tune says the figures are missing
+        watch.warn(f"{name}: no report ({exc})")
+
+
+def _config_flags(flags: MeasureFlags, plan: Tune, args: dict[str, str]) -> MeasureFlags:
+    """The tune's flags with this configuration's engine arguments (`model` is the model flag)."""
+    engine_args = [*(flags.engine_arg or []), *(f"{k}={v}" for k, v in args.items() if k != "model")]
+    return dataclasses.replace(flags, engine=[plan.engine], engine_arg=engine_args,
+                               model=args.get("model", flags.model), out=plan.folder, report=False)
+
+
+def _new_run_dir(folder: Path, before: set[Path]) -> str | None:
+    made = sorted(p for p in set(folder.iterdir()) - before if p.is_dir() and not p.name.startswith("."))
+    return made[-1].name if made else None
+
+
+def _finish(plan: Tune) -> TuneOutcome:
+    """The tune report (table, chart, the best's decision) from every configuration measured so far."""
+    from reports.tune_report import write_tune_report
+
+    results = [config_result(plan.folder, e) for e in plan.entries]
+    chosen = best(results, plan.objective, plan.min_accuracy)
+    default = next((r for r in results if r.name == "default"), None)
+    front = pareto_front([(r.name, x, y) for r in results for x, y in r.curve])
+    num_tried = sum(r.run_dir is not None for r in results)
+    data = {"engine": plan.engine, "objective": plan.objective, "folder": str(plan.folder),
+            "configs": [{**dataclasses.asdict(r), "accuracy_note": accuracy_note(r, default, plan.min_accuracy)}
+                        for r in results], "best": chosen.name if chosen else None, "min_accuracy": plan.min_accuracy,
+            "num_tried": num_tried,
+            "pareto_front": [{"config": name, "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y}
+                             for name, x, y in front], "verdict": _verdict(plan.folder, chosen)}
+    report = write_tune_report(data, plan.folder / "tune.html")
+    decision = None
+    if chosen is not None and chosen.run_dir is not None:
+        decision = _decision_report(plan, chosen, chosen.run_dir, num_tried, default)
+    return TuneOutcome(plan, tuple(results), chosen, default, num_tried, report, decision)
+
+
+def _decision_report(plan: Tune, chosen: ConfigResult, run_dir: str, num_tried: int,
+                     default: ConfigResult | None) -> Path | str:
+    """The decision report of the best configuration (its run in `run_dir`), in the tune folder, saying how it
+    was chosen."""
+    from bench.flows.report import render_report
+
+    mine = objective_figure(chosen, plan.objective)
+    theirs = objective_figure(default, plan.objective) if default is not None else None
+    against = f"; its {plan.objective} is x{mine / theirs:.2f} the default's" if mine and theirs else ""
+    note = (f"measured with the configuration bench tune chose: {chosen.name}, the best by {plan.objective} of "
+            f"{num_tried} tried{against} (see tune.html)")
+    try:
+        return render_report([plan.folder / run_dir], plan.folder / "report.html", notes=[note]).files.html
+    except Exception as exc:  # the tune's own report stands without it
+        return f"not written ({exc})"
+
+
+def _verdict(folder: Path, chosen: ConfigResult | None) -> dict[str, Any] | None:
+    """The decision of the best configuration's own report."""
+    if chosen is None or chosen.run_dir is None:
         return None
-    return (f"machine busy during {', '.join(busy)}: up to {max(busy.values()):.2f} of a core went to other work "
-            "(see its report)")
-
-
-def accuracy_note(result: ConfigResult, default: ConfigResult | None, min_accuracy: float | None = None) -> str | None:
-    """A configuration that answers differently: its accuracy outside the default's 95 % interval, or its own
-    interval below the floor (then it can't be the best)."""
-    said = result.accuracy
-    if said is None:
-        return None
-    notes = []
-    if min_accuracy is not None and said.high < min_accuracy:
-        notes.append(f"accuracy {said.accuracy:.0%} below the required {min_accuracy:.0%}: can't be the best")
-    base = default.accuracy if default is not None and default is not result else None
-    if base is not None and not base.low <= said.accuracy <= base.high:
-        notes.append(f"accuracy {said.accuracy:.0%} outside the default's interval ({base.low * 100:.0f}-"
-                     f"{base.high:.0%})")
-    return "; ".join(notes) or None
-
-
-def best(results: list[ConfigResult], objective: str, min_accuracy: float | None = None) -> ConfigResult | None:
-    """The best configuration by the objective, among those the SLO let have an operating point (latency:
-    the lowest TTFT at the lowest load, throughput: the highest output tokens/s of any level) and, with
-    `min_accuracy`, whose accuracy interval does not lie below it."""
-    def score(r: ConfigResult) -> tuple[float, float] | None:
-        if objective == "capacity":  # ties broken by the throughput there
-            return None if r.capacity_load is None else (r.capacity_load, r.output_tokens_per_s or 0.0)
-        if objective == "cost":
-            return None if r.usd_per_m_output_tokens is None else (-r.usd_per_m_output_tokens, 0.0)
-        if objective == "throughput":
-            return None if r.peak_output_tokens_per_s is None else (r.peak_output_tokens_per_s, 0.0)
-        return None if r.ttft_p50_ms_lowest_load is None else (-r.ttft_p50_ms_lowest_load, 0.0)
-
-    def accurate_enough(r: ConfigResult) -> bool:
-        return min_accuracy is None or r.accuracy is None or r.accuracy.high >= min_accuracy
-
-    scored = [(s, r) for r in results if accurate_enough(r) and (s := score(r)) is not None]
-    return max(scored, key=lambda pair: pair[0])[1] if scored else None
-
-
-def pareto_front(points: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
-    """The points no other beats on both axes (higher is better on each): (label, x, y), sorted by x."""
-    front = [p for p in points
-             if not any(q[1] >= p[1] and q[2] >= p[2] and (q[1] > p[1] or q[2] > p[2]) for q in points)]
-    return sorted(front, key=lambda p: p[1])
-
-
-def objective_figure(result: ConfigResult, objective: str) -> float | None:
-    """The figure the objective ranks by, as it reads (users, $/1M tokens, tokens/s or ms)."""
-    return {"capacity": result.capacity_load, "cost": result.usd_per_m_output_tokens,
-            "throughput": result.peak_output_tokens_per_s, "latency": result.ttft_p50_ms_lowest_load}[objective]
+    path = folder / chosen.run_dir / "report.json"
+    return json.loads(path.read_text())["verdict"] if path.is_file() else None

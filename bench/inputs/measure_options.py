@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
+from bench.inputs.flag_text import given_flags
+
 # The panels `bench CMD --help` lists options in (bench.commands.helptext orders them); named here because
 # each measuring flag names its own.
 ENGINE, WORKLOAD, LOAD, SLO, OUTPUT, ADVANCED = "Engine", "Workload", "Load and bounds", "SLO", "Output", "Advanced"
@@ -124,6 +126,5 @@ class MeasureFlags:
 
     def given(self) -> list[str]:
         """The options given on the command line (a default is not a choice), as --flag names."""
-        defaults = MeasureFlags()
-        return [f"--{f.name.replace('_', '-')}" for f in fields(self)
-                if getattr(self, f.name) != getattr(defaults, f.name) and f.name not in ("resume", "report", "out")]
+        return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)
+                            if f.name not in ("resume", "report", "out")})

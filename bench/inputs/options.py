@@ -5,10 +5,11 @@ accepts; what the values may be together is the overrides' and the scenario's to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.inputs.flag_text import given_flags, key_value, listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.overrides import ScenarioOverrides
 from loadgen.workload import SharedPrefix, parse_length_spec
@@ -26,12 +27,16 @@ class LoadOverrides:
     burstiness: float | None = None
     max_concurrency: int | None = None
 
+    def given(self) -> list[str]:
+        """The level flags given, as --names (a resumed run takes none)."""
+        return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)})
+
 
 def parse_levels_flag(flag: str, text: str, kind: type[int] | type[float]) -> list[Any]:
     """`1,8,50` -> [1, 8, 50]; a clear error naming the flag otherwise."""
     what = "whole numbers >= 1" if kind is int else "numbers > 0"
     try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
+        values = [kind(part) for part in listed(text)]
     except ValueError:
         raise ValueError(f"{flag} {text}: expected comma-separated {what}, e.g. 1,8,50") from None
     if not values or any(v <= 0 for v in values):
@@ -74,7 +79,7 @@ def _levels(flag: str, text: str, kind: type[int] | type[float]) -> list[Any]:
 
 
 def _parse_adapter_names(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = listed(text)
     if not names:
         raise ValueError(f"--adapters {text!r}: expected NAME,NAME,... (adapters the engine serves)")
     return names
@@ -83,16 +88,16 @@ def _parse_adapter_names(text: str) -> list[str]:
 def _parse_lora(items: list[str]) -> dict[str, Path]:
     modules = {}
     for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
+        name, path = key_value(item)
+        if not name or not path:
             raise ValueError(f"--lora {item!r}: expected NAME=PATH (a PEFT LoRA folder, e.g. sql=adapters/sql)")
-        modules[name.strip()] = Path(path.strip())
+        modules[name] = Path(path)
     return modules
 
 
 def _parse_adapter_counts(text: str) -> list[int]:
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        counts = [int(part) for part in listed(text)]
     except ValueError:
         counts = []
     if not counts or any(n < 0 for n in counts):

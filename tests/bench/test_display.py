@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bench.commands.display import _notes
+from bench.commands.tables import _notes
 from loadgen.metrics import summarize
 from loadgen.types import RequestRecord
 from tests.bench.test_cli import BENCH

@@ -20,9 +20,10 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command
 
-from bench.commands.cli import _stack_flags, app
+from bench.commands.cli import app
 from bench.commands.flags import MeasureFlags
 from bench.commands.helptext import OPTION_PANELS
+from bench.commands.serve_cmd import _stack_flags
 from engines.reference.serving.options import parse_args
 
 COLUMNS = 100

@@ -12,17 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.flows.tune import (
-    ConfigResult,
-    TuneConfig,
-    TuneError,
-    accuracy_note,
-    best,
-    pareto_front,
-    parse_grids,
-    read_configs,
-    with_default,
-)
+from bench.flows.tune_plan import TuneConfig, TuneError, parse_grids, read_configs, with_default
+from bench.flows.tune_ranking import ConfigResult, accuracy_note, best, pareto_front
 from common.accuracy import Accuracy
 from tests.bench.test_cli import BENCH, bench
 
@@ -153,7 +144,8 @@ def test_a_tune_of_the_reference_engine_resumes_after_an_interrupt_and_marks_the
 
 
 def test_the_latency_objective_reads_ttft_at_the_lowest_load_whatever_the_order(tmp_path: Path) -> None:
-    from bench.flows.tune import TuneEntry, config_result
+    from bench.flows.tune_plan import TuneEntry
+    from bench.flows.tune_ranking import config_result
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -171,7 +163,7 @@ def test_the_latency_objective_reads_ttft_at_the_lowest_load_whatever_the_order(
 def test_a_tune_json_naming_a_run_directory_outside_its_folder_or_malformed_is_refused(tmp_path: Path) -> None:
     """tune.json comes with a shared tune folder: a run_dir of `../..` would be read (and resumed) from outside
     it. It is refused naming the field; a file that is not a tune record is refused naming the file."""
-    from bench.flows.tune import TUNE_FILE, Tune, TuneError
+    from bench.flows.tune_plan import TUNE_FILE, Tune, TuneError
 
     record = {"engine": "reference", "objective": "throughput", "created_at": "2026-12-05T00:00:00Z",
               "configs": [{"name": "default", "args": {}, "run_dir": "run-1", "status": "complete"},

@@ -130,7 +130,7 @@ def check(line: CommandLine, app: typer.Typer) -> str | None:
 
 def _check_serve(args: list[str]) -> str | None:
     """`bench serve` takes the reference engine's argparse flags and its own (replicas, router, UI)."""
-    from bench.commands.cli import _add_stack_flags
+    from bench.commands.serve_cmd import _add_stack_flags
     from engines.reference.serving.options import build_parser
 
     parser = build_parser("bench serve")

@@ -1,7 +1,7 @@
 """Fuzz of the YAML inputs a user may be handed: scenarios (`bench/inputs/scenario.py load_scenario`, over the
 shipped scenarios/*.yaml), price catalogs (`costmodel/prices.py load_catalog`, over rows of the shipped catalogs),
 engine files (`engines/engine_file.py load_engine_file`, over the documented examples) and tune configurations
-(`bench/flows/tune.py read_configs`). Each is read, or refused with its own error naming the file and field."""
+(`bench/flows/tune_plan.py read_configs`). Each is read, or refused with its own error naming the file and field."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.flows.tune import TuneError, read_configs
+from bench.flows.tune_plan import TuneError, read_configs
 from bench.inputs.scenario import ScenarioError, load_scenario
 from costmodel.prices import PriceError, load_catalog
 from engines.engine_file import load_engine_file
