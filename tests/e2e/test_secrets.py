@@ -88,6 +88,9 @@ def files_holding(folder: Path, *canaries: str) -> list[str]:
             and any(c.encode() in path.read_bytes() for c in canaries)]
 
 
+# serial: beside another worker's engine every level can be judged invalid (the client fell behind), and the
+# history then has no valid level to show
+@pytest.mark.serial
 def test_an_api_key_given_as_an_engine_arg_is_sent_but_never_written(tmp_path) -> None:
     key = canary("key")
     out = tmp_path / "runs"
