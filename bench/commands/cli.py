@@ -33,10 +33,11 @@ app = BenchTyper(add_completion=False, no_args_is_help=True,
 
 # Registered in the order a user works: measure, decide, look at the results, then tools (their panels and
 # order in `bench --help`: helptext.COMMAND_PANELS).
-app.command("sweep", epilog=measure_cmd.SWEEP_EXAMPLES)(measure_cmd.sweep)
-app.command("capacity", epilog=measure_cmd.CAPACITY_EXAMPLES)(measure_cmd.capacity)
-app.command("tune", epilog=tune_cmd.EXAMPLES)(measure_command(tune_cmd.tune))
-app.command("quality", epilog=quality_cmd.EXAMPLES)(measure_command(quality_cmd.quality))
+app.command("sweep", epilog=measure_cmd.SWEEP_EXAMPLES)(measure_command(measure_cmd.sweep))
+app.command("capacity", epilog=measure_cmd.CAPACITY_EXAMPLES)(
+    measure_command(measure_cmd.capacity, refuses=measure_cmd.CAPACITY_REFUSES))
+app.command("tune", epilog=tune_cmd.EXAMPLES)(measure_command(tune_cmd.tune, refuses=tune_cmd.REFUSES))
+app.command("quality", epilog=quality_cmd.EXAMPLES)(measure_command(quality_cmd.quality, refuses=quality_cmd.REFUSES))
 app.command("report", epilog=report_cmd.REPORT_EXAMPLES)(report_cmd.report)
 app.command("cost", cls=report_cmd.CostHelpCommand, epilog=report_cmd.COST_EXAMPLES)(report_cmd.cost)
 app.command("plan", epilog=plan_cmd.EXAMPLES)(plan_cmd.plan)

@@ -12,7 +12,7 @@ import typer
 from bench.commands import stopping
 from bench.commands.console import errors, fail
 from bench.commands.engines_cmd import warn_about_leftovers
-from bench.commands.flags import MeasureFlags, measure_command
+from bench.commands.flags import MeasureFlags
 from bench.commands.helptext import SLO, examples
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
@@ -26,7 +26,6 @@ CAPACITY_EXAMPLES = examples("bench capacity --slo ttft_p95_ms=500 --slo tpot_p9
                              "bench capacity --engine vllm --rate --start 0.5 --repeats 3")
 
 
-@measure_command
 def sweep(
     flags: MeasureFlags,
     concurrency: str = typer.Option(None, metavar="N,N,...", help="Closed-loop levels, e.g. 1,8,50."),
@@ -44,7 +43,13 @@ def sweep(
     _run(jobs, complete, flags)
 
 
-@measure_command
+# Shared flags a capacity search has no use for (bench.commands.flags.measure_command refuses them with this).
+CAPACITY_REFUSES = {
+    "adapter_counts": "a sweep's dimension: a capacity search runs one adapter mix (give --adapters with the "
+                      "adapters to search with, or use bench sweep --adapter-counts)",
+}
+
+
 def capacity(
     flags: MeasureFlags,
     slo: list[str] = typer.Option(None, metavar="KEY=MS", rich_help_panel=SLO,

@@ -21,15 +21,23 @@ EXAMPLES = examples("bench quality",
                     "bench quality --eval my_eval.jsonl --engine-file a.yaml --engine-file b.yaml",
                     "bench quality --engine-arg weights-dtype=int8 --against runs/RUN_DIR")
 
-# Shared measuring flags a quality run sets itself (bench.flows.quality.asked_once), refused with the reason
-# rather than taken and then overwritten.
-SET_BY_QUALITY = {
-    "--duration": "bench quality grades every item of the eval once; it takes no duration",
-    "--requests": "bench quality grades every item of the eval once; it sends one request per item, no other "
-                  "count",
-    "--warmup": "bench quality grades every item of the eval once and sends no warm-up",
+# Shared measuring flags a quality run sets itself (bench.flows.quality.asked_once) or has no use for: hidden
+# from its help and refused with the reason (bench.commands.flags.measure_command), never taken and then
+# overwritten.
+_ONCE = "bench quality grades every item of the eval once"
+REFUSES = {
+    "duration": f"{_ONCE}; it takes no duration",
+    "requests": f"{_ONCE}; it sends one request per item, no other count",
+    "warmup": f"{_ONCE} and sends no warm-up",
+    "repeats": f"{_ONCE}, greedy; run bench quality again (--against the first run) to compare",
+    "resume": "a quality run is asked again whole (it takes minutes, not hours); drop --resume",
+    "adapter_counts": f"{_ONCE} at one adapter mix; use bench sweep --adapter-counts",
+    "workload": f"{_ONCE}, item by item, not as agent sessions",
+    "sessions": f"{_ONCE}, item by item, not as agent sessions",
+    "max_think_s": f"{_ONCE}, item by item, not as agent sessions",
+    "time_scale": f"{_ONCE}; an eval is not a trace",
+    "trace_window": f"{_ONCE}; an eval is not a trace",
 }
-
 
 def quality(
     flags: MeasureFlags,
@@ -65,11 +73,6 @@ def quality(
     from engines.launch import EngineStartError
     from engines.registry import EngineError
 
-    if flags.resume:
-        fail("--resume: a quality run is asked again whole (it takes minutes, not hours); drop --resume")
-    for flag in flags.given():
-        if flag in SET_BY_QUALITY:
-            fail(f"{flag}: {SET_BY_QUALITY[flag]}")
     if lm_eval is not None:
         _lm_eval(flags, lm_eval, lm_eval_include, lm_eval_limit, concurrency)
         return

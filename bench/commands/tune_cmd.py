@@ -28,6 +28,18 @@ EXAMPLES = examples("bench tune --grid max-num-seqs=8,32 --grid max-num-batched-
                     "bench tune --engine vllm --configs configs.yaml --objective cost",
                     "bench tune --resume runs/tune-20261201T170000Z-reference")
 
+# Shared flags a tune has no use for: hidden from its help and refused with the reason
+# (bench.commands.flags.measure_command). bench.flows.tune checks the same for callers of run_tune.
+_ONE_ENGINE = ("a tune tries the configurations of one engine given by --engine KIND; {} would add engines of "
+               "its own")
+REFUSES = {
+    "report": "bench tune ranks its configurations by each one's run report (report.json), so it always writes "
+              "them; drop --no-report",
+    "engine_file": _ONE_ENGINE.format("an --engine-file"),
+    "through_ui": _ONE_ENGINE.format("--through-ui"),
+    "ui_python": _ONE_ENGINE.format("--through-ui (and its --ui-python)"),
+}
+
 
 def tune(
     flags: MeasureFlags,

@@ -124,7 +124,8 @@ class MeasureFlags:
     resume: list[Path] | None = option(None, "Go on with an interrupted run: its finished levels are kept, the rest "
                                              "runs (repeatable, one run directory per engine).", OUTPUT, "RUN_DIR")
 
-    def given(self) -> list[str]:
-        """The options given on the command line (a default is not a choice), as --flag names."""
+    def given(self, every: bool = False) -> list[str]:
+        """The options given on the command line (a default is not a choice), as --flag names; `every`: the
+        output options (--resume, --report, --out) too, which are not settings of what is measured."""
         return given_flags({f.name: (getattr(self, f.name), f.default) for f in fields(self)
-                            if f.name not in ("resume", "report", "out")})
+                            if every or f.name not in ("resume", "report", "out")})

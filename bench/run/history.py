@@ -125,6 +125,8 @@ def trends(runs_root: Path, metric: str = "output_tokens_per_s", engine: str | N
         rows = db.execute(f"SELECT config_key, engine, engine_version, model, weights, hardware, base_level, run_id, "
                           f"finished_at, {metric} FROM levels WHERE {' AND '.join(where)} AND {metric} IS NOT NULL "
                           f"ORDER BY finished_at, run_id", params).fetchall()
+        if not rows:
+            raise HistoryError(_why_nothing(db, where[1:], params, metric))
     groups: dict[tuple[str, str], list[tuple]] = {}
     for row in rows:
         groups.setdefault((row[0], row[6]), []).append(row)
@@ -142,6 +144,21 @@ def trends(runs_root: Path, metric: str = "output_tokens_per_s", engine: str | N
         verdict, interval = judge(points, METRICS[metric][1])
         result.append(Trend(key, label, base, metric, points, verdict, interval))
     return sorted(result, key=lambda t: (t.label, t.level))
+
+
+def _why_nothing(db: sqlite3.Connection, filters: list[str], params: list[str], metric: str) -> str:
+    """Why no trend is shown: nothing matches the filters, or what matches was judged invalid or lacks the
+    metric (each said with its count, so an empty answer is never taken for a filter's fault)."""
+    given = " / ".join(f"--{f.split()[0].replace('base_', '')} {p}" for f, p in zip(filters, params, strict=True))
+    matching = f" matching {given}" if given else ""
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    total, valid = db.execute(f"SELECT COUNT(*), COALESCE(SUM(is_valid), 0) FROM levels {where}", params).fetchone()
+    if total == 0:
+        return f"no level of the history{matching}" if given else "the history holds no level yet"
+    if valid == 0:
+        return (f"the history holds {total} level(s){matching}, none valid (each was judged invalid when measured, "
+                "e.g. too few requests in its steady window: see its run's summary); only valid levels make trends")
+    return f"none of the {valid} valid level(s){matching} has {metric}"
 
 
 def judge(points: Sequence[Point], higher_is_better: bool) -> tuple[str, tuple[float, float] | None]:

@@ -125,8 +125,8 @@ def test_every_command_shows_its_own_panel_first_then_the_shared_ones_in_order(p
     shared = titles[1:]
     assert shared == [p for p in OPTION_PANELS if p in shared], titles  # in order, none empty, none other
     shown = [name for _, rows in panels(text) for name in rows if name.startswith("--")]
-    declared = [param.opts[0] for param in command.params if param.param_type_name == "option"]
-    assert sorted(shown) == sorted([*declared, "--help"])  # each option once, in some panel
+    declared = [param.opts[0] for param in command.params if param.param_type_name == "option" and not param.hidden]
+    assert sorted(shown) == sorted([*declared, "--help"])  # each option once, in some panel (a refused one: none)
 
 
 @pytest.mark.parametrize("path", all_commands())
@@ -141,7 +141,7 @@ def test_every_value_is_named_and_no_text_is_eaten(path: tuple[str, ...]) -> Non
         assert param.metavar is not None, param.name  # a flag's is "" (it takes no value)
     wide, command = render(path, columns=1000)
     for param in command.params:
-        if param.help:
+        if param.help and not param.hidden:
             assert param.help.replace("\\[", "[") in wide, param.help
     assert command.help.split("\n\n")[0].replace("\\[", "[") in wide
     assert "\\[" not in wide
@@ -149,9 +149,10 @@ def test_every_value_is_named_and_no_text_is_eaten(path: tuple[str, ...]) -> Non
 
 @pytest.mark.parametrize("path", [("sweep",), ("capacity",), ("tune",), ("quality",)])
 def test_measuring_flags_help_reads_as_declared(path: tuple[str, ...]) -> None:
-    wide, _ = render(path, columns=1000)
+    wide, command = render(path, columns=1000)
+    hidden = {param.name for param in command.params if param.hidden}  # refused by this command
     for field in fields(MeasureFlags):
-        assert field.metadata["help"] in wide, field.name
+        assert (field.metadata["help"] in wide) == (field.name not in hidden), field.name
     assert "pip install 'llm-selfhost-bench[ray]'." in wide
 
 

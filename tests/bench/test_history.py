@@ -40,7 +40,12 @@ def test_sweeps_fill_the_history_and_a_slower_server_is_flagged(scripted, tmp_pa
     assert "regression" in said.output and (out / ".history" / "history.html").is_file()
     latency = cli("history", "--runs", str(out), "--metric", "tpot_p50_ms")
     assert "regression" in latency.output
-    assert cli("history", "--runs", str(out), "--engine", "vllm").exit_code == 2  # nothing of it
+    nothing = cli("history", "--runs", str(out), "--engine", "vllm")
+    assert nothing.exit_code == 2 and "no level of the history matching --engine vllm" in nothing.output
+    with sqlite3.connect(out / ".history" / "history.sqlite") as db:  # as a busy machine leaves it
+        db.execute("UPDATE levels SET is_valid = 0")
+    invalid = " ".join(cli("history", "--runs", str(out)).output.split())
+    assert "the history holds 4 level(s), none valid (each was judged invalid when measured" in invalid
 
 
 def test_runs_made_before_the_history_are_imported_and_bad_asks_refused(scripted, tmp_path, cli) -> None:

@@ -20,6 +20,8 @@ def _endpoint(server: ScriptedServer, out: Path) -> list[str]:
     ("--requests", "3", "--requests: bench quality grades every item of the eval once; it sends one request per "
                         "item"),
     ("--warmup", "2", "--warmup: bench quality grades every item of the eval once and sends no warm-up"),
+    ("--repeats", "2", "--repeats: bench quality grades every item of the eval once, greedy"),
+    ("--resume", "runs/x", "--resume: a quality run is asked again whole"),
 ])
 def test_quality_refuses_the_bounds_it_sets_itself(scripted, tmp_path, cli, flag: str, value: str, why: str) -> None:
     result = cli("quality", *_endpoint(scripted, tmp_path / "runs"), flag, value)
@@ -38,6 +40,17 @@ def test_quality_without_those_flags_still_asks_every_item_once(scripted, tmp_pa
     assert result.exit_code == 0, result.output
     assert len(scripted.models()) == 3  # one request per item: no warm-up, no count or duration of its own
     assert (only_run_dir(tmp_path / "runs") / "quality.json").is_file()
+
+
+def test_tune_and_capacity_refuse_the_flags_they_have_no_use_for(tmp_path, cli) -> None:
+    for args, why in [(["tune", "--grid", "max-num-seqs=2,4", "--engine-file", "a.yaml"],
+                       "--engine-file: a tune tries the configurations of one engine given by --engine KIND"),
+                      (["capacity", "--adapters", "a,b", "--adapter-counts", "1,2"],
+                       "--adapter-counts: a sweep's dimension: a capacity search runs one adapter mix")]:
+        result = cli(*args, "--out", str(tmp_path / "runs"))
+        assert result.exit_code == 2, result.output
+        assert why in " ".join(result.output.split())
+    assert not (tmp_path / "runs").exists()
 
 
 def test_tune_refuses_no_report_since_it_ranks_configurations_by_their_reports(tmp_path, cli) -> None:

@@ -91,7 +91,7 @@ def test_bad_tune_flags_are_one_line_errors(cli, tmp_path: Path) -> None:
                            (["--grid", "max-num-seqs=8", "--objective", "speed"], "--objective speed: choose one of"),
                            (["--grid", "a=1", "--engine", "reference", "--engine", "llamacpp"], "give one"),
                            (["--configs", str(tmp_path / "none.yaml")], "none.yaml: no such file"),
-                           (["--grid", "a=1", "--through-ui"], "would add engines of their own"),
+                           (["--grid", "a=1", "--through-ui"], "--through-ui would add engines of its own"),
                            (["--grid", "a=1", "--engine", "openwebui"], "would add engines of their own")):
         outcome = cli(*base, *flags)
         assert outcome.exit_code == 2 and message in outcome.stderr, outcome.stderr
