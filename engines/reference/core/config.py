@@ -48,6 +48,10 @@ class EngineConfig:
     max_num_waiting: bound of the waiting queue; beyond it the server answers 503.
     max_model_len: longest sequence (prompt + output) in tokens; the cache must hold one.
     max_loras: distinct LoRA adapters in one batch (vLLM's --max-loras); a request of another adapter waits.
+    max_step_ms: time target of a step that holds decodes: its prefill chunks are sized (by the step cost the
+        engine learned, `core/step_cost.py`) to keep the step within it; None: the token budget alone.
+    min_prefill_chunk_tokens: the least prompt tokens such a step computes even past the target, so that a
+        prompt is never starved by decodes.
     """
 
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -59,6 +63,8 @@ class EngineConfig:
     max_num_waiting: int = 1024
     max_model_len: int = 4096
     max_loras: int = 1
+    max_step_ms: float | None = 100.0
+    min_prefill_chunk_tokens: int = 64
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -68,6 +74,11 @@ class EngineConfig:
         _require_int("max_num_waiting", self.max_num_waiting, 0)
         _require_int("max_model_len", self.max_model_len, 1)
         _require_int("max_loras", self.max_loras, 1)
+        _require_int("min_prefill_chunk_tokens", self.min_prefill_chunk_tokens, 1)
+        is_number = isinstance(self.max_step_ms, int | float) and not isinstance(self.max_step_ms, bool)
+        if self.max_step_ms is not None and not (is_number and self.max_step_ms > 0):
+            raise ConfigError(f"max_step_ms must be a number of milliseconds > 0 (or None: no time target), "
+                              f"got {self.max_step_ms!r}")
         if self.batching not in BATCHING_MODES:
             raise ConfigError(f"batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
         if not isinstance(self.enable_prefix_caching, bool):

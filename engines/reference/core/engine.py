@@ -27,6 +27,7 @@ from engines.reference.core.request_state import RequestState
 from engines.reference.core.sampling import SamplingParams, make_generator, sample
 from engines.reference.core.scheduler import QueueFullError, Scheduler, SchedulerOutput
 from engines.reference.core.sequence import Sequence
+from engines.reference.core.step_cost import StepCost, StepCostModel, StepShape
 from engines.reference.loading.tokenizer import Tokenizer, byte_tokenizer
 from engines.reference.loading.weights import LoadedModel, resolve_model
 
@@ -75,6 +76,10 @@ class EngineStats:
     num_requests_added: int = 0  # every request accepted; each ends finished or aborted
     running_adapters: tuple[str, ...] = ()  # LoRA adapters of the running batch, distinct, sorted
     waiting_adapters: tuple[str, ...] = ()  # LoRA adapters of waiting requests, distinct, sorted
+    num_steps: int = 0  # steps run (a step's figures below: the latest one's)
+    last_step_ms: float | None = None
+    last_step_shape: StepShape | None = None
+    step_cost: StepCost | None = None  # what a step costs, as learned (`core/step_cost.py`)
 
 
 class LLMEngine:
@@ -97,7 +102,8 @@ class LLMEngine:
         self.tokenizer: Tokenizer | None = loaded.tokenizer or byte_tokenizer(loaded.model.config.vocab_size)
         self.vocab_size = loaded.model.config.vocab_size
         self.device = loaded.model.device
-        self.scheduler = Scheduler(config)
+        self.step_cost = StepCostModel()
+        self.scheduler = Scheduler(config, step_cost=self.step_cost)
         kv_cache = loaded.model.allocate_kv_cache(config.num_kv_blocks, config.block_size)
         self.runner = ModelRunner(loaded.model, kv_cache, config.block_size, self.device)
         self._requests: dict[str, RequestState] = {}
@@ -105,6 +111,8 @@ class LLMEngine:
         self._num_prompt_tokens = 0
         self._num_generation_tokens = 0
         self._num_requests_added = 0
+        self._num_steps = 0
+        self._last_step: tuple[float, StepShape] | None = None
 
     @classmethod
     def from_model(
@@ -211,6 +219,40 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def warm_up(self, num_rounds: int = 2) -> StepCost | None:
+        """Run a few steps of made-up requests before serving, so that the first client meets warm kernels and
+        the step cost is known from the start: a prompt alone, its decodes, a longer prompt beside them, then
+        two decodes a step. The first round's steps (one-time costs) are forgotten. Counters and the prefix
+        cache's figures are left as they were; call it with no request in flight."""
+        if self.has_unfinished():
+            raise RuntimeError("warm_up runs before any request is added")
+        counters = self._counters()
+        generator = torch.Generator().manual_seed(0)
+        params = SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0)
+        length = max(2, min(256, self.config.max_model_len // 2, self.config.max_num_batched_tokens))
+        for round_index in range(num_rounds):
+            if round_index:
+                self.step_cost.forget()
+            for index, prompt_len in enumerate((max(1, length // 4), length)):
+                prompt = torch.randint(0, self.vocab_size, (prompt_len,), generator=generator).tolist()
+                self.add_request(f"warm-up-{round_index}-{index}", prompt, params)
+                self.step()
+                self.step()
+            while self.has_unfinished():
+                self.step()
+        self._restore_counters(counters)
+        return self.step_cost.cost
+
+    def _counters(self) -> tuple[int, ...]:
+        cache = self.scheduler.block_manager.prefix_cache
+        return (self._num_prompt_tokens, self._num_generation_tokens, self._num_requests_added,
+                self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens)
+
+    def _restore_counters(self, counters: tuple[int, ...]) -> None:
+        cache = self.scheduler.block_manager.prefix_cache
+        (self._num_prompt_tokens, self._num_generation_tokens, self._num_requests_added,
+         self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens) = counters
+
     @property
     def num_unfinished(self) -> int:
         return len(self._requests)
@@ -222,6 +264,16 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        shape = out.shape  # before postprocess advances what is computed
+        started = time.perf_counter()
+        outputs = self._run(out)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.step_cost.observe(shape, elapsed_ms)  # the model's run, sampling and detokenizing: what a user waits
+        self._num_steps += 1
+        self._last_step = (elapsed_ms, shape)
+        return outputs
+
+    def _run(self, out: SchedulerOutput) -> list[RequestOutput]:
         adapters = self.adapters
         items = [
             BatchItem(entry.seq.token_ids, entry.seq.num_computed_tokens, entry.num_new_tokens, entry.seq.block_table,
@@ -299,5 +351,9 @@ class LLMEngine:
             num_requests_added=self._num_requests_added,
             running_adapters=running,
             waiting_adapters=waiting,
+            num_steps=self._num_steps,
+            last_step_ms=self._last_step[0] if self._last_step else None,
+            last_step_shape=self._last_step[1] if self._last_step else None,
+            step_cost=self.step_cost.cost,
         )
 

@@ -12,7 +12,12 @@ It owns the block manager and the waiting/running queues. Each step, in this ord
 safe: postprocess skips sequences that are no longer running.
 
 Running sequences are served first, decodes before prefill chunks, then waiting ones are admitted
-(FCFS). When a running sequence needs a block and none is free, the newest running sequence (the last
+(FCFS). A step that holds decodes sizes its prefill chunks by time as well as by tokens: given a step cost
+model (`core/step_cost.py`) and config.max_step_ms, each chunk is cut to what keeps the step within the
+target, the step's first chunk never below config.min_prefill_chunk_tokens (so no prompt starves); a step
+without decodes stalls no one and takes the token budget whole.
+
+When a running sequence needs a block and none is free, the newest running sequence (the last
 one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
 its blocks are freed and it goes back to the front of the waiting queue with its generated tokens, to be
 recomputed later. A sequence of a LoRA adapter is admitted only while the running batch holds fewer than
@@ -36,6 +41,7 @@ from engines.reference.core.block_manager import BlockManager
 from engines.reference.core.config import EngineConfig
 from engines.reference.core.prefix_cache import BlockHashFn, chain_hash
 from engines.reference.core.sequence import Sequence, SequenceStatus
+from engines.reference.core.step_cost import StepCostModel, StepShape
 
 
 class QueueFullError(RuntimeError):
@@ -65,6 +71,17 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def shape(self) -> StepShape:
+        return _shape_of(self.scheduled)
+
+
+def _shape_of(scheduled: SequenceOf[ScheduledSeq]) -> StepShape:
+    """Decode rows (entries of one new token), prefill tokens (the rest) and attended pairs of a step."""
+    num_decode_rows = sum(1 for entry in scheduled if entry.num_new_tokens == 1)
+    num_pairs = sum(e.num_new_tokens * (e.seq.num_computed_tokens + e.num_new_tokens) for e in scheduled)
+    return StepShape(num_decode_rows, sum(e.num_new_tokens for e in scheduled) - num_decode_rows, num_pairs)
+
 
 @dataclass
 class _Step:
@@ -73,11 +90,13 @@ class _Step:
     num_tokens_left: int
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_chunks: int = 0
 
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
         is_sampling = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
         self.scheduled.append(ScheduledSeq(seq, num_new_tokens, is_sampling))
         self.num_tokens_left -= num_new_tokens
+        self.num_prefill_chunks += seq.num_uncomputed_tokens > 1
 
 
 class Scheduler:
@@ -88,8 +107,12 @@ class Scheduler:
     `postprocess`). Never reads or changes sampling_params.
     """
 
-    def __init__(self, config: EngineConfig, hash_fn: BlockHashFn = chain_hash) -> None:
+    def __init__(self, config: EngineConfig, hash_fn: BlockHashFn = chain_hash,
+                 step_cost: StepCostModel | None = None) -> None:
+        """`step_cost`: what steps cost as the engine measures them; with config.max_step_ms it sizes prefill
+        chunks by time (read only: the engine observes the steps)."""
         self.config = config
+        self.step_cost = step_cost
         self.block_manager = BlockManager(
             config.num_kv_blocks, config.block_size, config.enable_prefix_caching, hash_fn
         )
@@ -186,8 +209,23 @@ class Scheduler:
         pending = sorted(self.running, key=lambda seq: seq.num_uncomputed_tokens > 1)
         while pending and step.num_tokens_left > 0:
             seq = pending.pop(0)
-            if self._reserve_blocks(seq, pending, step):
-                step.add(seq, min(seq.num_uncomputed_tokens, step.num_tokens_left))
+            num_new_tokens = self._chunk(seq, step)
+            if num_new_tokens and self._reserve_blocks(seq, pending, step):
+                step.add(seq, num_new_tokens)
+
+    def _chunk(self, seq: Sequence, step: _Step) -> int:
+        """The tokens of `seq` this step computes: all it needs within the token budget and, beside decodes,
+        within the step's time target (the step's first prefill chunk at least min_prefill_chunk_tokens)."""
+        num_tokens = min(seq.num_uncomputed_tokens, step.num_tokens_left)
+        has_decodes = any(entry.num_new_tokens == 1 for entry in step.scheduled)
+        if num_tokens <= 1 or not has_decodes or self.step_cost is None or self.config.max_step_ms is None:
+            return num_tokens
+        within = self.step_cost.prefill_tokens_within(self.config.max_step_ms, _shape_of(step.scheduled),
+                                                      seq.num_computed_tokens)
+        if within is None:  # nothing learned yet: the token budget alone
+            return num_tokens
+        floor = self.config.min_prefill_chunk_tokens if step.num_prefill_chunks == 0 else 0
+        return min(num_tokens, max(within, floor))
 
     def _reserve_blocks(self, seq: Sequence, pending: list[Sequence], step: _Step) -> bool:
         """Make `seq`'s block_table cover its tokens, preempting the newest unscheduled sequences.
@@ -232,6 +270,8 @@ class Scheduler:
                 if seq.adapter not in adapters and len(adapters) >= self.config.max_loras:
                     held_back.append(self.waiting.popleft())
                     continue
+            if is_continuous and self._chunk(seq, step) == 0:
+                break  # the step's time is spent: admitted now, it would only hold blocks
             if not self.block_manager.can_allocate(seq):
                 break
             self.waiting.popleft()
@@ -242,8 +282,9 @@ class Scheduler:
             self.running.append(seq)
             if not is_continuous:
                 self._batch_ids.add(seq.request_id)
-            if step.num_tokens_left > 0:
-                step.add(seq, min(seq.num_uncomputed_tokens, step.num_tokens_left))
+            num_new_tokens = self._chunk(seq, step) if step.num_tokens_left > 0 else 0
+            if num_new_tokens:
+                step.add(seq, num_new_tokens)
         self.waiting.extendleft(reversed(held_back))
 
     def _check_progress(self) -> None:

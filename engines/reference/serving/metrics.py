@@ -23,6 +23,8 @@ TTFT_BUCKETS_S = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
+TOKENS_PER_STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's, to 16k
+STEP_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 ITL_BUCKETS_S = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
@@ -77,6 +79,7 @@ class EngineMetrics:
         )  # fmt: skip
         self._model_name = model_name
         self._previous: EngineStats | None = None
+        self._step_metrics = _StepMetrics(self.registry, labels, model_name)
         # vLLM's LoRA series: the adapters running and waiting as comma-joined labels, the value the time they
         # were seen; only the latest label set is kept, so a scrape reads one series
         self._max_loras = max_loras
@@ -96,6 +99,8 @@ class EngineMetrics:
             delta = getattr(stats, field) - (getattr(self._previous, field) if self._previous else 0)
             if delta > 0:
                 counter.inc(delta)
+        if self._previous is not None and stats.num_steps > self._previous.num_steps:  # not the warm-up's
+            self._step_metrics.record(stats)
         self._previous = stats
         if self._lora_info is not None:
             labels = (str(self._max_loras), ",".join(stats.waiting_adapters), ",".join(stats.running_adapters))
@@ -116,3 +121,36 @@ class EngineMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _StepMetrics:
+    """Each step's time and tokens (prefill and decode apart), and the step cost the engine learned from them.
+    vLLM's name where it publishes the same (vllm:iteration_tokens_total); ours under reference:."""
+
+    def __init__(self, registry: CollectorRegistry, labels: list[str], model_name: str) -> None:
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=registry)
+
+        self._tokens = histogram("vllm:iteration_tokens_total", "Tokens computed per engine step.",
+                                 TOKENS_PER_STEP_BUCKETS).labels(model_name)
+        self._prefill = histogram("reference:step_prefill_tokens", "Prompt tokens computed per engine step.",
+                                  TOKENS_PER_STEP_BUCKETS).labels(model_name)
+        self._decode = histogram("reference:step_decode_tokens", "Decode rows (one token each) per engine step.",
+                                 TOKENS_PER_STEP_BUCKETS).labels(model_name)
+        self._seconds = histogram("reference:step_duration_seconds", "Time of one engine step (model, sampling, "
+                                  "detokenizing).", STEP_BUCKETS_S).labels(model_name)
+        cost = Gauge("reference:step_cost_milliseconds", "The step cost the engine learned: fixed a step, a decode "
+                     "row, a prompt token.", [*labels, "part"], registry=registry, multiprocess_mode="mostrecent")
+        self._cost = {part: cost.labels(model_name, part) for part in ("step", "decode_row", "prefill_token")}
+
+    def record(self, stats: EngineStats) -> None:
+        shape = stats.last_step_shape
+        if shape is not None and stats.last_step_ms is not None:
+            self._tokens.observe(shape.num_decode_rows + shape.num_prefill_tokens)
+            self._prefill.observe(shape.num_prefill_tokens)
+            self._decode.observe(shape.num_decode_rows)
+            self._seconds.observe(stats.last_step_ms / 1000)
+        if stats.step_cost is not None:
+            for part, value in zip(self._cost, (stats.step_cost.fixed_ms, stats.step_cost.decode_row_ms,
+                                                stats.step_cost.prefill_token_ms), strict=True):
+                self._cost[part].set(value)

@@ -29,6 +29,8 @@ class ServerOptions:
     max_num_seqs: int = EngineConfig.max_num_seqs
     max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
     max_num_waiting: int = EngineConfig.max_num_waiting
+    max_step_ms: float = 100.0  # 0: no time target, the token budget alone
+    min_prefill_chunk_tokens: int = EngineConfig.min_prefill_chunk_tokens
     max_model_len: int | None = None
     kv_cache_tokens: int | None = None
     prefix_cache: bool = True
@@ -103,6 +105,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                        ("max_num_waiting", "most requests waiting; beyond it the server answers 503")):
         parser.add_argument("--" + flag.replace("_", "-"), type=int, default=getattr(defaults, flag),
                             help=f"{text} (default {getattr(defaults, flag)})")
+    parser.add_argument("--max-step-ms", type=float, default=defaults.max_step_ms, metavar="MS",
+                        help="time target of a step that holds decodes: its prompt chunks are cut, by the step "
+                        "cost the engine measures, to keep every running stream's next token within it; 0 = the "
+                        f"token budget alone (default {defaults.max_step_ms:g}, a 100 ms per-token SLO)")
+    parser.add_argument("--min-prefill-chunk-tokens", type=int, default=defaults.min_prefill_chunk_tokens,
+                        metavar="N", help="prompt tokens such a step computes even past --max-step-ms, so that "
+                        f"prompts are never starved (default {defaults.min_prefill_chunk_tokens})")
     parser.add_argument("--max-model-len", type=int, default=None, help="default: the model's, capped by the cache")
     parser.add_argument("--kv-cache-tokens", type=int, default=None, help="default: a fraction of free memory")
     parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=defaults.prefix_cache,

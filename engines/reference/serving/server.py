@@ -36,7 +36,9 @@ from typing import Any
 import torch
 from aiohttp import HttpVersion11, web
 
+from engines.reference.core.config import EngineConfig
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.core.step_cost import StepCost
 from engines.reference.loading.lora import load_adapter, parse_lora_modules, read_adapter_config
 from engines.reference.loading.weights import LoadedModel
 from engines.reference.serving.async_engine import AsyncEngine, EngineDeadError, RequestStream, SlowConsumerError
@@ -69,6 +71,8 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_num_seqs=options.max_num_seqs,
         max_num_batched_tokens=options.max_num_batched_tokens,
         max_num_waiting=options.max_num_waiting,
+        max_step_ms=options.max_step_ms or None,
+        min_prefill_chunk_tokens=options.min_prefill_chunk_tokens,
         enable_prefix_caching=options.prefix_cache,
         weights=options.weights_dtype,
         max_loras=options.max_loras,
@@ -338,6 +342,7 @@ def serve(options: ServerOptions) -> int | None:
     2-core CPU that made every decode step about 2x slower (SmolLM2-135M, batch 1: 29 -> 55 ms).
     """
     server = Server(options)
+    learned = server.engine.warm_up()  # on this thread, the one that steps
     loop = asyncio.new_event_loop()
     http_thread = threading.Thread(target=loop.run_forever, name="reference-server-loop", daemon=True)
     http_thread.start()
@@ -353,6 +358,7 @@ def serve(options: ServerOptions) -> int | None:
         server.async_engine.attach_current_thread(loop)
         base_url = asyncio.run_coroutine_threadsafe(server.start(start_step_thread=False), loop).result()
         print(f"reference engine ready on {base_url}", flush=True)
+        print(step_cost_line(learned, server.engine.config), flush=True)
         server.async_engine.run()
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
@@ -360,6 +366,17 @@ def serve(options: ServerOptions) -> int | None:
         http_thread.join(10)
         loop.close()
     return received[0] if received else None
+
+
+def step_cost_line(cost: StepCost | None, config: EngineConfig) -> str:
+    """What a step costs on this machine, as the warm-up measured it, and how steps are sized from it."""
+    measured = ("step cost not measured" if cost is None else
+                f"step cost here: {cost.fixed_ms:.1f} ms a step + {cost.decode_row_ms:.2f} ms a decode row + "
+                f"{cost.prefill_token_ms:.3f} ms a prompt token")
+    if config.max_step_ms is None:
+        return f"{measured}; steps sized by tokens alone (--max-num-batched-tokens {config.max_num_batched_tokens})"
+    return (f"{measured}; steps with decodes kept within {config.max_step_ms:g} ms (--max-step-ms), at least "
+            f"{config.min_prefill_chunk_tokens} prompt tokens each (--min-prefill-chunk-tokens), learned as it runs")
 
 
 @contextlib.contextmanager

@@ -370,6 +370,26 @@ def test_metrics_expose_vllm_names(server: Server, client: openai.OpenAI) -> Non
     assert httpx.get(server.base_url.removesuffix("/v1") + "/health").status_code == 200
 
 
+def test_metrics_show_each_step_its_tokens_and_the_learned_step_cost(server: Server, client: openai.OpenAI) -> None:
+    before = metric_samples(server)
+    client.completions.create(model="dummy:tiny", prompt="steps please", max_tokens=4)
+    samples = metric_samples(server)
+
+    def grew(name: str) -> float:
+        return samples[name] - before.get(name, 0.0)
+
+    steps = grew("reference:step_duration_seconds_count")
+    assert steps >= 4  # the prompt (with the first token), then one decode a token
+    assert grew("vllm:iteration_tokens_total_count") == steps == grew("reference:step_decode_tokens_count")
+    assert grew("reference:step_prefill_tokens_sum") >= len("steps please")  # byte tokens: one a character
+    assert grew("reference:step_decode_tokens_sum") >= 3
+    assert grew("vllm:iteration_tokens_total_sum") == (grew("reference:step_prefill_tokens_sum")
+                                                        + grew("reference:step_decode_tokens_sum"))
+    assert grew("reference:step_duration_seconds_sum") > 0
+    costs = [v for key, v in samples.items() if key.startswith("reference:step_cost_milliseconds")]
+    assert len(costs) == 3 and all(v >= 0 for v in costs)
+
+
 def test_the_server_process_starts_answers_and_stops_on_sigterm() -> None:
     command = [sys.executable, "-m", "engines.reference", "--model", "dummy:tiny", "--port", "0",
                "--kv-cache-tokens", "2048", "--device", "cpu"]  # fmt: skip

@@ -1,0 +1,89 @@
+"""Steps sized by time against steps sized by tokens alone: the README's main command on the reference engine,
+each configuration in turn within every round, so that they are measured side by side on the same machine.
+
+Each configuration is a set of the reference engine's flags (`--engine-arg KEY=VALUE`); the default compares
+`--max-step-ms 0` (the token budget alone, as before) with the engine's defaults (a 100 ms step target). Every
+run is `bench sweep --concurrency 1,8,32` as a user types it; the figures are medians over the rounds. Usage:
+
+    python benchmarks/step_budget.py [--rounds 3] [--concurrency 1,8,32] [--duration 30]
+        [--config tokens=max-step-ms=0 --config time=]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = [sys.executable, "-m", "bench"]
+FIGURES = (("out tok/s", "output_tokens_per_s", None), ("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"),
+           ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per level (default: the scenario's)")
+    parser.add_argument("--config", action="append", default=None, metavar="NAME=KEY=VALUE,KEY=VALUE",
+                        help="a configuration: its name, then engine arguments (none: the engine's defaults)")
+    args = parser.parse_args()
+    configs = dict(_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
+    rows: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_index in range(args.rounds):
+            for name, engine_args in configs.items():
+                for row in _sweep(Path(tmp) / f"{name}-{round_index}", engine_args, args):
+                    rows.setdefault((name, row["level"]), []).append(row)
+    _print(rows, configs, args)
+
+
+def _config(text: str) -> tuple[str, list[str]]:
+    name, _, engine_args = text.partition("=")
+    return name, [a for a in engine_args.split(",") if a]
+
+
+def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[dict]:
+    command = [*BENCH, "sweep", "--concurrency", args.concurrency, "--no-report", "--out", str(out)]
+    command += [f"--engine-arg={a}" for a in engine_args]
+    command += ["--duration", str(args.duration)] if args.duration else []
+    print("$", " ".join(command[2:]), flush=True)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _figure(row: dict, key: str, stat: str | None) -> float:
+    return float(row[key][stat] if stat else row[key])
+
+
+def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]], args: argparse.Namespace) -> None:
+    print(f"\nreference engine, default model, chat scenario, {platform.processor() or platform.machine()} "
+          f"({_cpu_model()}); medians of {args.rounds} rounds")
+    print(f"{'config':>8} {'level':>6} " + " ".join(f"{label:>10}" for label, _, _ in FIGURES) + f" {'p99/p50':>8}")
+    levels = sorted({level for _, level in rows}, key=lambda level: int(level.lstrip("c")))
+    for level in levels:
+        for name in configs:
+            found = rows.get((name, level), [])
+            if not found:
+                continue
+            medians = [statistics.median(_figure(r, key, stat) for r in found) for _, key, stat in FIGURES]
+            ratio = statistics.median(_figure(r, "itl_ms", "p99") / _figure(r, "itl_ms", "p50") for r in found)
+            print(f"{name:>8} {level:>6} " + " ".join(f"{m:>10,.1f}" for m in medians) + f" {ratio:>8.2f}")
+
+
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
+if __name__ == "__main__":
+    main()
