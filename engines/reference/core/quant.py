@@ -31,7 +31,8 @@ __all__ = ["WEIGHT_FORMATS", "Int4Weight", "Int8Weight", "QuantizedWeight", "qua
 # CPU. Measured on SmolLM2-135M here: int4 projections in a whole decode forward took 0.82x the dense time at
 # 6 rows, 0.87x at 8, a tie at 12 and 1.2x at 16; int8 ones 16.8 against 22.5 ms a pass at 4 rows, 31 against
 # 23 at 8. SmolLM2's LM head (49,152 x 576) loses sooner: int8 2.45 against 2.14 ms at 3 rows, int4 a tie at
-# 4. Fixed per format, measured on that model only: a larger model's crossovers may differ.
+# 4. The defaults of a weight made on its own; a loaded model's weights are timed on the machine at hand and
+# set by that (`core/kernel_choice.py`).
 MAX_ROWS = {"int8": 4, "int4": 8}
 HEAD_MAX_ROWS = {"int8": 2, "int4": 4}
 INT4_GROUP = 32
@@ -67,6 +68,10 @@ class QuantizedWeight(nn.Module):
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > self.max_rows or x.device.type != "cpu":
             return dense_linear(x, self.dense)
+        return self.kernel_linear(x)
+
+    def kernel_linear(self, x: torch.Tensor) -> torch.Tensor:
+        """x (T, in) @ weight.T by the weight-only kernel, whatever the rows (in x's dtype)."""
         if x.dtype == torch.bfloat16:  # the model's usual dtype: no no-op conversions (two a product, 0.6 ms a step)
             return self.product(x)
         return self.product(x.to(torch.bfloat16)).to(x.dtype)

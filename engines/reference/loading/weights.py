@@ -22,6 +22,7 @@ from pathlib import Path
 import gguf
 import torch
 
+from engines.reference.core.kernel_choice import KernelChoice, choose_kernels
 from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig, RopeScaling
 from engines.reference.core.quant import WEIGHT_FORMATS, QuantizedWeight, kernels_available
 from engines.reference.loading.gguf_file import (
@@ -95,6 +96,7 @@ class LoadedModel:
     tokenizer: Tokenizer | None  # None for dummy weights
     name: str  # for display: the file or directory name, or dummy:<preset>
     weights: str = "bf16"  # how the weights are kept: int8, int4, a mix, or dense by its dtype (bf16, fp32, fp16)
+    kernels: tuple[KernelChoice, ...] = ()  # quantized weights: which product runs at how many rows, as timed here
 
 
 # GGUF's quantized types -> the kernel that holds them (floats stay dense). A Q4_1 or Q4_0 block of 32 lies on
@@ -398,9 +400,14 @@ def resolve_model_config(name_or_path: str = "default") -> ModelConfig:
 
 
 def _kept(loaded: LoadedModel, formats: tuple[str, str]) -> LoadedModel:
-    """The model with its weights kept as `formats` says (projections, head), and that said."""
-    loaded.model.keep_weights(*formats)
-    return LoadedModel(loaded.model, loaded.tokenizer, loaded.name, kept_formats(loaded.model))
+    """The model with its weights kept as `formats` says (projections, head), the product each quantized weight
+    runs timed on this machine (`core/kernel_choice.py`), and that said."""
+    model = loaded.model
+    model.keep_weights(*formats)
+    quantized = [w for w in (*(getattr(layer, name) for layer in model.layers for name in PROJECTIONS), model.head)
+                 if isinstance(w, QuantizedWeight)]
+    kernels = tuple(choose_kernels(quantized, model.dtype))
+    return LoadedModel(model, loaded.tokenizer, loaded.name, kept_formats(model), kernels)
 
 
 DENSE_NAMES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}

@@ -359,6 +359,8 @@ def serve(options: ServerOptions) -> int | None:
         base_url = asyncio.run_coroutine_threadsafe(server.start(start_step_thread=False), loop).result()
         print(f"reference engine ready on {base_url}", flush=True)
         print(step_cost_line(learned, server.engine.config), flush=True)
+        for choice in server.engine.loaded.kernels:
+            print(f"weights: {choice.line()}", flush=True)
         server.async_engine.run()
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
