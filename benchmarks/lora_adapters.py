@@ -42,7 +42,7 @@ def main() -> None:
                  str(args.repeats), "--input-tokens", "128", "--output-tokens", "64", "--no-report", "--out", str(runs)]
         print("$", " ".join(sweep[2:]), flush=True)
         subprocess.run(sweep, check=True, stdout=subprocess.DEVNULL)
-        (run_dir,) = list(runs.iterdir())
+        (run_dir,) = [path for path in runs.iterdir() if not path.name.startswith(".")]  # not bench's .history
         rows = json.loads((run_dir / "summary.json").read_text())
     by_count: dict[int, list[dict]] = defaultdict(list)
     for row in rows:

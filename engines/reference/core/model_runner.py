@@ -2,7 +2,8 @@
 
 Contract: the scheduler has already allocated blocks, so each item's block_table covers
 num_computed_tokens + num_new_tokens tokens; the runner writes the new tokens' K/V into those slots and
-never allocates, frees or reorders blocks. It knows nothing of requests, sampling or tokenization.
+never allocates, frees or reorders blocks. It knows nothing of requests, sampling or tokenization. Between steps
+it keeps nothing but a cache of LoRA adapters' stacked weights (`core/lora.py`'s `StackCache`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.reference.core.attention import AttentionMetadata, KVCache
-from engines.reference.core.lora import LoraAdapter, LoraBatch
+from engines.reference.core.lora import LoraAdapter, LoraBatch, StackCache
 from engines.reference.core.model import LlamaModel
 
 
@@ -43,7 +44,7 @@ class BatchItem:
 
 
 class ModelRunner:
-    """Owns the model and its KV cache on one device; stateless between steps."""
+    """Owns the model and its KV cache on one device; stateless between steps but for the adapters' stacks."""
 
     def __init__(
         self, model: LlamaModel, kv_cache: KVCache, block_size: int, device: torch.device | str | None = None
@@ -54,6 +55,7 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.block_size = block_size
         self.device = torch.device(device) if device is not None else model.device
+        self.lora_stacks = StackCache()  # built once per set of adapters, not per step
 
     def prepare(self, items: Sequence[BatchItem]) -> tuple[torch.Tensor, AttentionMetadata]:
         """Flat input ids (T,) and the attention metadata for a batch."""
@@ -84,5 +86,6 @@ class ModelRunner:
     def run(self, items: Sequence[BatchItem]) -> torch.Tensor:
         """Logits (len(items), vocab), float32, of each item's last new token."""
         input_ids, meta = self.prepare(items)
-        lora = LoraBatch.from_spans([(item.adapter, item.num_new_tokens) for item in items], self.device)
+        spans = [(item.adapter, item.num_new_tokens) for item in items]
+        lora = LoraBatch.from_spans(spans, self.device, self.lora_stacks)
         return self.model(input_ids, meta, self.kv_cache, lora)

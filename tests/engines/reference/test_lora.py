@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from engines.reference.core.dense import dense_values
-from engines.reference.core.lora import LoraAdapter, merged_weight
-from engines.reference.core.model import PROJECTIONS, LlamaModel
+from engines.reference.core.lora import MASKED_MAX_ROWS, LoraAdapter, LoraBatch, merged_weight
+from engines.reference.core.model import PROJECTIONS, LlamaModel, ModelConfig
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.core.quant import QuantizedWeight
 from engines.reference.loading.lora import AdapterError, load_adapter, write_random_adapter
@@ -171,3 +171,66 @@ def test_an_adapter_in_another_shape_or_layout_is_refused(tmp_path: Path, adapte
     (directory / "adapter_model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(AdapterError, match="can't be read as safetensors"):
         load_adapter("broken", directory, CONFIG)
+
+
+def _projection_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
+    """Each fused projection's (in, out) features."""
+    qkv_rows = config.q_size + 2 * config.kv_size
+    return {"qkv_proj": (config.hidden_size, qkv_rows), "o_proj": (config.q_size, config.hidden_size),
+            "gate_up_proj": (config.hidden_size, 2 * config.intermediate_size),
+            "down_proj": (config.intermediate_size, config.hidden_size)}  # fmt: skip
+
+
+@pytest.mark.parametrize("num_decodes", [6, 60], ids=["few-rows", "many-rows"])
+def test_rows_of_several_adapters_batched_get_each_its_own_adapters_projection(
+    num_decodes: int, adapter_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Three adapters (ranks 8, 4, 2; q/v, all seven targets, k/o/down) and base rows, a prompt among decodes:
+    every projection of every layer adds to each row what its own adapter alone adds (nothing for base rows),
+    in the masked form (few rows) and the sorted one (more than MASKED_MAX_ROWS rows)."""
+    qv, every = (load_adapter(n, adapter_dirs[n], CONFIG) for n in ("qv", "all"))
+    odd = load_adapter("odd", write_random_adapter(tmp_path / "odd", CONFIG, rank=2, seed=5, std=0.3,
+                                                   targets=("k_proj", "o_proj", "down_proj")), CONFIG)  # fmt: skip
+    cycle = [qv, None, every, odd, every, qv]
+    spans = [(cycle[i % len(cycle)], 1) for i in range(num_decodes)]
+    spans[2:2] = [(every, 13)]  # a prompt of 13 rows among the decodes
+    spans.append((None, 3))  # a base prompt last
+    batch = LoraBatch.from_spans(spans, "cpu")
+    assert batch is not None
+    assert (batch.sorted_rows is None) == (batch.num_rows <= MASKED_MAX_ROWS)
+    row_adapters = [adapter for adapter, count in spans for _ in range(count)]
+    generator = torch.Generator().manual_seed(11)
+    for layer in range(CONFIG.num_layers):
+        for projection, (in_features, out_features) in _projection_shapes(CONFIG).items():
+            x = torch.randn(batch.num_rows, in_features, generator=generator)
+            base = torch.randn(batch.num_rows, out_features, generator=generator)
+            got = batch.add_deltas(base.clone(), x, layer, projection)
+            expected = base.clone()
+            for row, adapter in enumerate(row_adapters):
+                delta = adapter.layers[layer].get(projection) if adapter is not None else None
+                if delta is not None:
+                    expected[row] += delta.product(x[row : row + 1])[0]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=f"layer {layer} {projection}")
+
+
+def test_a_runner_builds_one_stack_per_set_of_adapters_and_reuses_it(adapter_dirs: dict[str, Path]) -> None:
+    """Every layer of every step of the same adapters reads one stack, built once; a step of a subset reuses it
+    (unless the stack is over twice as wide as the subset needs); an adapter served anew under a known name is
+    stacked anew (never another adapter's weights)."""
+    qv, every = (load_adapter(n, adapter_dirs[n], CONFIG) for n in ("qv", "all"))
+    runner = _runner(_base("bf16", torch.float32))
+    tables = [list(range(i * 8, i * 8 + 8)) for i in range(3)]
+    steps = [[BatchItem(_tokens(1, 9), 0, 9, tables[0], qv), BatchItem(_tokens(2, 5), 0, 5, tables[1], every)],
+             [BatchItem(_tokens(1, 10), 9, 1, tables[0], qv), BatchItem(_tokens(2, 6), 5, 1, tables[1], every),
+              BatchItem(_tokens(3, 4), 0, 4, tables[2])],
+             [BatchItem(_tokens(2, 7), 6, 1, tables[1], every)]]  # fmt: skip
+    for step in steps:
+        runner.run(step)
+    assert runner.lora_stacks.num_builds == 1
+    (stack,) = runner.lora_stacks.stacks.values()
+    assert stack.names == ("all", "qv")
+    alone = LoraBatch.from_spans([(qv, 1)], "cpu", runner.lora_stacks)  # under half the stack's width: its own
+    assert alone is not None and alone.stacked.names == ("qv",) and runner.lora_stacks.num_builds == 2
+    again = load_adapter("qv", adapter_dirs["qv"], CONFIG)  # the same name, another adapter
+    batch = LoraBatch.from_spans([(again, 1)], "cpu", runner.lora_stacks)
+    assert batch is not None and batch.stacked.adapters[0] is again and runner.lora_stacks.num_builds == 3
