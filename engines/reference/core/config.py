@@ -50,8 +50,11 @@ class EngineConfig:
     max_loras: distinct LoRA adapters in one batch (vLLM's --max-loras); a request of another adapter waits.
     max_step_ms: time target of a step that holds decodes: its prefill chunks are sized (by the step cost the
         engine learned, `core/step_cost.py`) to keep the step within it; None: the token budget alone.
-    min_prefill_chunk_tokens: the least prompt tokens such a step computes even past the target, so that a
-        prompt is never starved by decodes.
+    min_prefill_share: past the target (its decodes alone take longer), the share of such a step's time its
+        prompt chunks may still take, so that new users are not starved by running ones (0.5: as long as the
+        decodes); 0: none beyond min_prefill_chunk_tokens.
+    min_prefill_chunk_tokens: the least prompt tokens such a step computes whatever the time, so that a prompt
+        always moves.
     """
 
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -64,7 +67,8 @@ class EngineConfig:
     max_model_len: int = 4096
     max_loras: int = 1
     max_step_ms: float | None = 100.0
-    min_prefill_chunk_tokens: int = 64
+    min_prefill_share: float = 0.5
+    min_prefill_chunk_tokens: int = 32
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -75,6 +79,9 @@ class EngineConfig:
         _require_int("max_model_len", self.max_model_len, 1)
         _require_int("max_loras", self.max_loras, 1)
         _require_int("min_prefill_chunk_tokens", self.min_prefill_chunk_tokens, 1)
+        share = self.min_prefill_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
+            raise ConfigError(f"min_prefill_share must be a share of a step's time, 0 <= share < 1, got {share!r}")
         is_number = isinstance(self.max_step_ms, int | float) and not isinstance(self.max_step_ms, bool)
         if self.max_step_ms is not None and not (is_number and self.max_step_ms > 0):
             raise ConfigError(f"max_step_ms must be a number of milliseconds > 0 (or None: no time target), "

@@ -14,8 +14,9 @@ safe: postprocess skips sequences that are no longer running.
 Running sequences are served first, decodes before prefill chunks, then waiting ones are admitted
 (FCFS). A step that holds decodes sizes its prefill chunks by time as well as by tokens: given a step cost
 model (`core/step_cost.py`) and config.max_step_ms, each chunk is cut to what keeps the step within the
-target, the step's first chunk never below config.min_prefill_chunk_tokens (so no prompt starves); a step
-without decodes stalls no one and takes the token budget whole.
+target. Where the decodes alone take longer, prompts may still take config.min_prefill_share of the step's
+time, and the step's first chunk never less than config.min_prefill_chunk_tokens, so new users are not
+starved by running ones. A step without decodes stalls no one and takes the token budget whole.
 
 When a running sequence needs a block and none is free, the newest running sequence (the last
 one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
@@ -215,17 +216,17 @@ class Scheduler:
 
     def _chunk(self, seq: Sequence, step: _Step) -> int:
         """The tokens of `seq` this step computes: all it needs within the token budget and, beside decodes,
-        within the step's time target (the step's first prefill chunk at least min_prefill_chunk_tokens)."""
+        within the step's time budget (the step's first prefill chunk at least min_prefill_chunk_tokens)."""
         num_tokens = min(seq.num_uncomputed_tokens, step.num_tokens_left)
-        has_decodes = any(entry.num_new_tokens == 1 for entry in step.scheduled)
-        if num_tokens <= 1 or not has_decodes or self.step_cost is None or self.config.max_step_ms is None:
-            return num_tokens
-        within = self.step_cost.prefill_tokens_within(self.config.max_step_ms, _shape_of(step.scheduled),
-                                                      seq.num_computed_tokens)
-        if within is None:  # nothing learned yet: the token budget alone
-            return num_tokens
+        decodes = [entry for entry in step.scheduled if entry.num_new_tokens == 1]
+        cost = self.step_cost.cost if self.step_cost is not None else None
+        if num_tokens <= 1 or not decodes or cost is None or self.config.max_step_ms is None:
+            return num_tokens  # no decode to stall, or nothing learned yet: the token budget alone
+        # past the target, prompts still get their share: the decodes' time is (1 - share) of the step's
+        budget_ms = max(self.config.max_step_ms, cost.of(_shape_of(decodes)) / (1 - self.config.min_prefill_share))
+        within = self.step_cost.prefill_tokens_within(budget_ms, _shape_of(step.scheduled), seq.num_computed_tokens)
         floor = self.config.min_prefill_chunk_tokens if step.num_prefill_chunks == 0 else 0
-        return min(num_tokens, max(within, floor))
+        return min(num_tokens, max(within or 0, floor))
 
     def _reserve_blocks(self, seq: Sequence, pending: list[Sequence], step: _Step) -> bool:
         """Make `seq`'s block_table cover its tokens, preempting the newest unscheduled sequences.

@@ -30,6 +30,7 @@ class ServerOptions:
     max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
     max_num_waiting: int = EngineConfig.max_num_waiting
     max_step_ms: float = 100.0  # 0: no time target, the token budget alone
+    min_prefill_share: float = EngineConfig.min_prefill_share
     min_prefill_chunk_tokens: int = EngineConfig.min_prefill_chunk_tokens
     max_model_len: int | None = None
     kv_cache_tokens: int | None = None
@@ -109,9 +110,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help="time target of a step that holds decodes: its prompt chunks are cut, by the step "
                         "cost the engine measures, to keep every running stream's next token within it; 0 = the "
                         f"token budget alone (default {defaults.max_step_ms:g}, a 100 ms per-token SLO)")
+    parser.add_argument("--min-prefill-share", type=float, default=defaults.min_prefill_share, metavar="SHARE",
+                        help="where a step's decodes alone take longer than --max-step-ms, the share of its time "
+                        "prompts may still take, so that new users are not starved by running ones (default "
+                        f"{defaults.min_prefill_share:g}: as long as the decodes; 0 = none)")
     parser.add_argument("--min-prefill-chunk-tokens", type=int, default=defaults.min_prefill_chunk_tokens,
-                        metavar="N", help="prompt tokens such a step computes even past --max-step-ms, so that "
-                        f"prompts are never starved (default {defaults.min_prefill_chunk_tokens})")
+                        metavar="N", help="prompt tokens such a step computes whatever the time, so that a prompt "
+                        f"always moves (default {defaults.min_prefill_chunk_tokens})")
     parser.add_argument("--max-model-len", type=int, default=None, help="default: the model's, capped by the cache")
     parser.add_argument("--kv-cache-tokens", type=int, default=None, help="default: a fraction of free memory")
     parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=defaults.prefix_cache,

@@ -85,7 +85,7 @@ def test_beside_decodes_a_long_prompt_gets_the_chunk_the_time_target_leaves() ->
 
 
 def test_past_the_target_a_prompt_still_gets_the_floor_and_a_second_one_waits() -> None:
-    scheduler = _scheduler(_learned(), max_step_ms=10.0)  # 10 decode rows alone cost 25 ms
+    scheduler = _scheduler(_learned(), max_step_ms=10.0, min_prefill_share=0.0)  # 10 decode rows alone: 25 ms
     _decoding(scheduler, 10)
     scheduler.add(Sequence("first", list(range(500))))
     scheduler.add(Sequence("second", list(range(600, 1100))))
@@ -93,6 +93,21 @@ def test_past_the_target_a_prompt_still_gets_the_floor_and_a_second_one_waits() 
     chunks = {entry.seq.request_id: entry.num_new_tokens for entry in out.scheduled}
     assert chunks["first"] == 16 and "second" not in chunks
     assert [seq.request_id for seq in scheduler.waiting] == ["second"]  # not admitted to hold blocks idle
+
+
+def test_past_the_target_prompts_get_their_share_of_the_step() -> None:
+    """The decodes alone take longer than the target: prompts still take min_prefill_share of the step's time
+    (with 0.5, as long as the decodes), so new users are not starved by running ones."""
+    model = _learned()
+    scheduler = _scheduler(model, max_step_ms=10.0, min_prefill_share=0.5)
+    _decoding(scheduler, 10)
+    scheduler.add(Sequence("long", list(range(3000))))
+    out = scheduler.schedule()
+    decodes = [entry for entry in out.scheduled if entry.num_new_tokens == 1]
+    decodes_ms = TRUE.of(StepShape(10, 0, sum(e.seq.num_computed_tokens + 1 for e in decodes)))
+    chunk = next(entry.num_new_tokens for entry in out.scheduled if entry.seq.request_id == "long")
+    assert chunk == model.prefill_tokens_within(2 * decodes_ms, StepShape(10, 0, 10 * 9), 0) > 16
+    assert TRUE.of(out.shape) == pytest.approx(2 * decodes_ms, abs=TRUE.prefill_token_ms + 0.1)
 
 
 def test_a_step_without_decodes_takes_the_token_budget_whole() -> None:
@@ -115,13 +130,16 @@ def test_bad_targets_are_named() -> None:
             EngineConfig(max_step_ms=value)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="min_prefill_chunk_tokens must be an integer >= 1"):
         EngineConfig(min_prefill_chunk_tokens=0)
+    for share in (1.0, -0.1, "half"):
+        with pytest.raises(ConfigError, match="min_prefill_share must be a share of a step's time"):
+            EngineConfig(min_prefill_share=share)  # type: ignore[arg-type]
 
 
 def test_the_engine_cuts_a_prompt_beside_decodes_by_the_cost_it_measured() -> None:
     """On a real model: after the warm-up, a step holding decodes and a long prompt computes as many prompt
     tokens as the engine's own learned cost allows within the target; the counters say nothing of the warm-up."""
     engine = LLMEngine(resolve_model("dummy:tiny"), EngineConfig(num_kv_blocks=512, max_model_len=4096,
-                                                                 min_prefill_chunk_tokens=1))
+                                                                 min_prefill_chunk_tokens=1, min_prefill_share=0.0))
     learned = engine.warm_up()
     assert learned is not None and engine.stats().num_generation_tokens == 0 == engine.stats().num_requests_added
     params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
