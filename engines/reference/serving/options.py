@@ -29,7 +29,7 @@ class ServerOptions:
     max_num_seqs: int = EngineConfig.max_num_seqs
     max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
     max_num_waiting: int = EngineConfig.max_num_waiting
-    max_step_ms: float = 100.0  # 0: no time target, the token budget alone
+    max_step_ms: float = EngineConfig.max_step_ms or 0.0  # 0: no time target, the token budget alone
     min_prefill_share: float = EngineConfig.min_prefill_share
     min_prefill_chunk_tokens: int = EngineConfig.min_prefill_chunk_tokens
     max_model_len: int | None = None
