@@ -135,6 +135,7 @@ def test_bad_targets_are_named() -> None:
             EngineConfig(min_prefill_share=share)  # type: ignore[arg-type]
 
 
+@pytest.mark.serial  # the fit is of real step times: beside another test worker it once found prompt tokens free
 def test_the_engine_cuts_a_prompt_beside_decodes_by_the_cost_it_measured() -> None:
     """On a real model: after the warm-up, a step holding decodes and a long prompt computes as many prompt
     tokens as the engine's own learned cost allows within the target; the counters say nothing of the warm-up."""
