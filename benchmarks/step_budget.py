@@ -3,7 +3,9 @@ each configuration in turn within every round, so that they are measured side by
 
 Each configuration is a set of the reference engine's flags (`--engine-arg KEY=VALUE`); the default compares
 `--max-step-ms 0` (the token budget alone, as before) with the engine's defaults (a 100 ms step target). Every
-run is `bench sweep --concurrency 1,8,32` as a user types it; the figures are medians over the rounds. Usage:
+run is `bench sweep --concurrency 1,8,32` as a user types it; the figures are medians over the rounds. Beside the
+client's output tokens/s it prints the server's own (tokens generated within the level, from its /metrics), which
+a level's end does not cut in the middle of a wave of answers. Usage:
 
     python benchmarks/step_budget.py [--rounds 3] [--concurrency 1,8,32] [--duration 30]
         [--config tokens=max-step-ms=0 --config time=]
@@ -20,8 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.run.rundir import level_spans, telemetry_samples
+from loadgen.telemetry import server_view
+
 BENCH = [sys.executable, "-m", "bench"]
-FIGURES = (("out tok/s", "output_tokens_per_s", None), ("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"),
+FIGURES = (("out tok/s", "output_tokens_per_s", None), ("srv tok/s", "server_tokens_per_s", None),
+           ("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"),
            ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"))
 
 
@@ -55,7 +61,13 @@ def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[
     print("$", " ".join(command[2:]), flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
-    return json.loads((run_dir / "summary.json").read_text())
+    rows = json.loads((run_dir / "summary.json").read_text())
+    samples = telemetry_samples(run_dir)
+    for row in rows:
+        start, end = level_spans(run_dir)[row["level"]]
+        generated = server_view(row["level"], samples, start, end).generated_tokens
+        row["server_tokens_per_s"] = generated / (end - start) if generated is not None else float("nan")
+    return rows
 
 
 def _figure(row: dict, key: str, stat: str | None) -> float:

@@ -50,6 +50,9 @@ class EngineConfig:
     max_loras: distinct LoRA adapters in one batch (vLLM's --max-loras); a request of another adapter waits.
     max_step_ms: time target of a step that holds decodes: its prefill chunks are sized (by the step cost the
         engine learned, `core/step_cost.py`) to keep the step within it; None: the token budget alone.
+    max_step_ratio: and within this many times what the step's decodes alone take, so that where a small batch
+        decodes far faster than the target, a prompt beside it does not make one gap many times the others
+        (the inter-token gap's tail stays near its median); None: the target alone.
     min_prefill_share: past the target (its decodes alone take longer), the share of such a step's time its
         prompt chunks may still take, so that new users are not starved by running ones (0.5: as long as the
         decodes); 0: none beyond min_prefill_chunk_tokens.
@@ -67,6 +70,7 @@ class EngineConfig:
     max_model_len: int = 4096
     max_loras: int = 1
     max_step_ms: float | None = 100.0
+    max_step_ratio: float | None = 2.5
     min_prefill_share: float = 0.5
     min_prefill_chunk_tokens: int = 32
 
@@ -86,6 +90,10 @@ class EngineConfig:
         if self.max_step_ms is not None and not (is_number and self.max_step_ms > 0):
             raise ConfigError(f"max_step_ms must be a number of milliseconds > 0 (or None: no time target), "
                               f"got {self.max_step_ms!r}")
+        ratio = self.max_step_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 1):
+            raise ConfigError(f"max_step_ratio must be a number > 1 (times the decodes' own time; or None: the "
+                              f"target alone), got {ratio!r}")
         if self.batching not in BATCHING_MODES:
             raise ConfigError(f"batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
         if not isinstance(self.enable_prefix_caching, bool):

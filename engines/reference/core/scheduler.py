@@ -14,9 +14,11 @@ safe: postprocess skips sequences that are no longer running.
 Running sequences are served first, decodes before prefill chunks, then waiting ones are admitted
 (FCFS). A step that holds decodes sizes its prefill chunks by time as well as by tokens: given a step cost
 model (`core/step_cost.py`) and config.max_step_ms, each chunk is cut to what keeps the step within the
-target. Where the decodes alone take longer, prompts may still take config.min_prefill_share of the step's
-time, and the step's first chunk never less than config.min_prefill_chunk_tokens, so new users are not
-starved by running ones. A step without decodes stalls no one and takes the token budget whole.
+target, and within config.max_step_ratio times what its decodes alone take (a small batch decoding far
+faster than the target would otherwise see one gap many times the others). Where the decodes alone take
+longer, prompts may still take config.min_prefill_share of the step's time, and the step's first chunk
+never less than config.min_prefill_chunk_tokens, so new users are not starved by running ones. A step
+without decodes stalls no one and takes the token budget whole.
 
 When a running sequence needs a block and none is free, the newest running sequence (the last
 one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
@@ -222,8 +224,12 @@ class Scheduler:
         cost = self.step_cost.cost if self.step_cost is not None else None
         if num_tokens <= 1 or not decodes or cost is None or self.config.max_step_ms is None:
             return num_tokens  # no decode to stall, or nothing learned yet: the token budget alone
+        decodes_ms = cost.of(_shape_of(decodes))
+        budget_ms = self.config.max_step_ms
+        if self.config.max_step_ratio is not None:  # a fast small batch: no gap many times its median
+            budget_ms = min(budget_ms, self.config.max_step_ratio * decodes_ms)
         # past the target, prompts still get their share: the decodes' time is (1 - share) of the step's
-        budget_ms = max(self.config.max_step_ms, cost.of(_shape_of(decodes)) / (1 - self.config.min_prefill_share))
+        budget_ms = max(budget_ms, decodes_ms / (1 - self.config.min_prefill_share))
         within = self.step_cost.prefill_tokens_within(budget_ms, _shape_of(step.scheduled), seq.num_computed_tokens)
         floor = self.config.min_prefill_chunk_tokens if step.num_prefill_chunks == 0 else 0
         return min(num_tokens, max(within or 0, floor))

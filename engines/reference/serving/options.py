@@ -30,6 +30,7 @@ class ServerOptions:
     max_num_batched_tokens: int = EngineConfig.max_num_batched_tokens
     max_num_waiting: int = EngineConfig.max_num_waiting
     max_step_ms: float = EngineConfig.max_step_ms or 0.0  # 0: no time target, the token budget alone
+    max_step_ratio: float = EngineConfig.max_step_ratio or 0.0  # 0: the target alone
     min_prefill_share: float = EngineConfig.min_prefill_share
     min_prefill_chunk_tokens: int = EngineConfig.min_prefill_chunk_tokens
     max_model_len: int | None = None
@@ -110,6 +111,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help="time target of a step that holds decodes: its prompt chunks are cut, by the step "
                         "cost the engine measures, to keep every running stream's next token within it; 0 = the "
                         f"token budget alone (default {defaults.max_step_ms:g}, a 100 ms per-token SLO)")
+    parser.add_argument("--max-step-ratio", type=float, default=defaults.max_step_ratio, metavar="TIMES",
+                        help="and within this many times what the step's decodes alone take, so that a small "
+                        "batch decoding far faster than --max-step-ms sees no gap many times the others; 0 = the "
+                        f"target alone (default {defaults.max_step_ratio:g})")
     parser.add_argument("--min-prefill-share", type=float, default=defaults.min_prefill_share, metavar="SHARE",
                         help="where a step's decodes alone take longer than --max-step-ms, the share of its time "
                         "prompts may still take, so that new users are not starved by running ones (default "

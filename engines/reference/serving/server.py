@@ -72,6 +72,7 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_num_batched_tokens=options.max_num_batched_tokens,
         max_num_waiting=options.max_num_waiting,
         max_step_ms=options.max_step_ms or None,
+        max_step_ratio=options.max_step_ratio or None,
         min_prefill_share=options.min_prefill_share,
         min_prefill_chunk_tokens=options.min_prefill_chunk_tokens,
         enable_prefix_caching=options.prefix_cache,
@@ -378,8 +379,10 @@ def step_cost_line(cost: StepCost | None, config: EngineConfig) -> str:
                 f"{cost.prefill_token_ms:.3f} ms a prompt token")
     if config.max_step_ms is None:
         return f"{measured}; steps sized by tokens alone (--max-num-batched-tokens {config.max_num_batched_tokens})"
-    return (f"{measured}; steps with decodes kept within {config.max_step_ms:g} ms (--max-step-ms), or where "
-            f"decodes alone take longer, {config.min_prefill_share:.0%} of a step left to prompts "
+    ratio = "" if config.max_step_ratio is None else (
+        f" and {config.max_step_ratio:g}x what their decodes alone take (--max-step-ratio)")
+    return (f"{measured}; steps with decodes kept within {config.max_step_ms:g} ms (--max-step-ms){ratio}, or "
+            f"where decodes alone take longer, {config.min_prefill_share:.0%} of a step left to prompts "
             f"(--min-prefill-share); learned as it runs")
 
 

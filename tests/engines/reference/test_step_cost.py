@@ -55,7 +55,7 @@ def test_nothing_is_said_before_a_fit_and_nothing_fits_past_the_target() -> None
 
 def _scheduler(cost: StepCostModel | None, **fields: object) -> Scheduler:
     config = EngineConfig(**{"num_kv_blocks": 512, "block_size": 16, "max_model_len": 4096, "max_step_ms": 100.0,
-                             "min_prefill_chunk_tokens": 16, **fields})  # type: ignore[arg-type]
+                             "max_step_ratio": None, "min_prefill_chunk_tokens": 16, **fields})  # type: ignore[arg-type]
     return Scheduler(config, step_cost=cost)
 
 
@@ -82,6 +82,26 @@ def test_beside_decodes_a_long_prompt_gets_the_chunk_the_time_target_leaves() ->
     assert expected is not None and 16 < expected < 2048 - 10  # the time decides, not the token budget
     assert chunks["long"] == expected
     assert TRUE.of(out.shape) <= 100.0 < TRUE.of(dataclasses.replace(out.shape, num_prefill_tokens=expected + 1))
+
+
+def test_beside_a_small_fast_batch_a_step_stays_within_the_ratio_of_its_decodes() -> None:
+    """Two decode rows take 9 ms, far below the 100 ms target: the step may take max_step_ratio times that, so a
+    prompt beside them makes no gap many times the others; the target still bounds a larger batch."""
+    model = _learned()
+    for rows, ratio in ((2, 2.5), (2, 4.0), (20, 2.5)):
+        scheduler = _scheduler(model, max_step_ratio=ratio, min_prefill_share=0.0)
+        _decoding(scheduler, rows)
+        scheduler.add(Sequence("long", list(range(3000))))
+        out = scheduler.schedule()
+        decodes = StepShape(rows, 0, sum(e.seq.num_computed_tokens + 1 for e in out.scheduled
+                                         if e.seq.request_id != "long"))
+        budget_ms = min(100.0, ratio * TRUE.of(decodes))
+        chunk = next(e.num_new_tokens for e in out.scheduled if e.seq.request_id == "long")
+        assert chunk == model.prefill_tokens_within(budget_ms, decodes, 0) > 16
+        # (within the attention of the chunk to itself, which the scheduler counts at the context's end)
+        assert TRUE.of(out.shape) <= budget_ms + chunk * chunk * TRUE.attention_ms_per_kilopair / 1000
+        assert budget_ms < TRUE.of(dataclasses.replace(out.shape, num_prefill_tokens=chunk + 1))
+    assert budget_ms == 100.0 and TRUE.of(StepShape(2)) * 4.0 < 100.0  # both bounds were met above
 
 
 def test_past_the_target_a_prompt_still_gets_the_floor_and_a_second_one_waits() -> None:
@@ -130,6 +150,9 @@ def test_bad_targets_are_named() -> None:
             EngineConfig(max_step_ms=value)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="min_prefill_chunk_tokens must be an integer >= 1"):
         EngineConfig(min_prefill_chunk_tokens=0)
+    for ratio in (1.0, 0.5, "double", False):
+        with pytest.raises(ConfigError, match="max_step_ratio must be a number > 1"):
+            EngineConfig(max_step_ratio=ratio)  # type: ignore[arg-type]
     for share in (1.0, -0.1, "half"):
         with pytest.raises(ConfigError, match="min_prefill_share must be a share of a step's time"):
             EngineConfig(min_prefill_share=share)  # type: ignore[arg-type]
@@ -152,7 +175,8 @@ def test_the_engine_cuts_a_prompt_beside_decodes_by_the_cost_it_measured() -> No
     assert cost is not None
     shape = StepShape(6, 0, sum(seq.num_computed_tokens + 1 for seq in engine.scheduler.running))
     target = cost.of(shape) + 40 * cost.prefill_token_ms  # room for about 40 prompt tokens beside the decodes
-    engine.config = engine.scheduler.config = dataclasses.replace(engine.config, max_step_ms=target)
+    engine.config = engine.scheduler.config = dataclasses.replace(engine.config, max_step_ms=target,
+                                                                  max_step_ratio=None)
     engine.add_request("long", [i % 500 for i in range(1000)], params)
     expected = engine.step_cost.prefill_tokens_within(target, shape, 0)
     engine.step()
