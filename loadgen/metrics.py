@@ -181,8 +181,15 @@ def _tokens(c: LevelColumns) -> Tokens:
     return Tokens(
         mean_input_tokens=_mean(prompt_ok[prompt_ok != NONE]), mean_output_tokens=_mean(k["output_tokens"][ok]),
         mean_cached_tokens=_mean_or_none(cached_ok[cached_ok != NONE]), token_count_sources=c.token_count_sources,
-        usage=usage_totals(c, ok),
+        usage=usage_totals(c, ok), mean_tokens_per_chunk=_tokens_per_chunk(c),
     )
+
+
+def _tokens_per_chunk(c: LevelColumns) -> float | None:
+    """Tokens the server counted over the chunks they came in, pooled over the ok requests it counted for."""
+    counted = c.ok & (c.counts["server_output_tokens"] != NONE) & (c.num_chunks > 0)
+    chunks = int(c.num_chunks[counted].sum())
+    return int(c.counts["server_output_tokens"][counted].sum()) / chunks if chunks else None
 
 
 def usage_totals(c: LevelColumns, ok: np.ndarray) -> UsageTotals:

@@ -1,6 +1,6 @@
 """The server's own view over time: its Prometheus `/metrics`, sampled about once a second into
 `telemetry.jsonl`, and what each level looked like from there (requests running and waiting, KV cache
-use, preemptions, prefix-cache hits).
+use, preemptions, prefix-cache hits, speculative decoding's drafts and acceptance).
 
 The sampler is a process of its own (`python -m loadgen.telemetry URL FILE [--gpu]`), so parsing a large
 metrics page never pauses the load generator's event loop. With `--gpu` each line also carries the GPUs'
@@ -27,7 +27,7 @@ import httpx
 
 from common.processes import terminate
 from loadgen.gpu import find_reader
-from loadgen.types import GpuView, ServerView
+from loadgen.types import GpuView, ServerView, SpecDecodeView
 
 SAMPLE_INTERVAL_S = 1.0
 NO_URL = "-"  # the sampler's URL when the server publishes no /metrics (GPUs only)
@@ -43,10 +43,20 @@ SERIES: dict[str, tuple[str, ...]] = {
     "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total",),
     "generation_tokens_total": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
                                 "llamacpp:tokens_predicted_total"),
+    # speculative decoding: vLLM's counters (the reference engine publishes the same) ...
+    "spec_drafts_total": ("vllm:spec_decode_num_drafts_total",),
+    "spec_draft_tokens_total": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_accepted_tokens_total": ("vllm:spec_decode_num_accepted_tokens_total",),
+    # ... or SGLang's gauge, the mean acceptance length over its last log interval (averaged over label sets)
+    "spec_accept_length": ("sglang:spec_accept_length",),
 }
+SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # one sample per {position="k"}
+SPEC_POSITION_KEY = "spec_accepted_pos_"  # ours: spec_accepted_pos_0, _1, ...
+AVERAGED = {"sglang:spec_accept_length"}  # gauges of a mean: averaged over label sets (data-parallel ranks), not summed
 
 
 LORA_SERIES = "vllm:lora_requests_info"
+MAX_SPEC_POSITIONS = 64  # more draft positions than any engine proposes: a hostile page names no more
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -54,13 +64,21 @@ def parse_metrics(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
+    label_sets: dict[str, int] = {}
     lora: tuple[float, dict[str, str]] | None = None  # vLLM's LoRA series: the latest label set (its value: when)
+    values = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+            label_sets[sample.name] = label_sets.get(sample.name, 0) + 1
             if sample.name == LORA_SERIES and (lora is None or sample.value > lora[0]):
                 lora = (float(sample.value), sample.labels)
-    values = {}
+            position = sample.labels.get("position", "")
+            if sample.name == SPEC_PER_POSITION and position.isdigit() and int(position) < MAX_SPEC_POSITIONS:
+                key = SPEC_POSITION_KEY + str(int(position))
+                values[key] = values.get(key, 0.0) + float(sample.value)
+    for name in AVERAGED & found.keys():
+        found[name] /= label_sets[name]
     if lora is not None:  # distinct adapters running and waiting: comma-joined names
         for ours, label in (("running_adapters", "running_lora_adapters"),
                             ("waiting_adapters", "waiting_lora_adapters")):
@@ -172,13 +190,23 @@ def server_view(level: str, samples: list[dict[str, Any]], start_unix_s: float, 
 
     kv = [s["kv_cache_usage"] for s in inside if "kv_cache_usage" in s]
     queries, hits = growth("prefix_cache_queries_total"), growth("prefix_cache_hits_total")
+    drafts, drafted, accepted = growth("spec_drafts_total"), growth("spec_draft_tokens_total"), \
+        growth("spec_accepted_tokens_total")
+    spec = None
+    if drafts is not None and drafted is not None and accepted is not None:
+        positions = sorted({int(k.removeprefix(SPEC_POSITION_KEY)) for s in inside for k in s
+                            if k.startswith(SPEC_POSITION_KEY)})
+        by_position = [growth(f"{SPEC_POSITION_KEY}{k}") or 0.0 for k in range(max(positions, default=-1) + 1)]
+        spec = SpecDecodeView.of_counts(drafts, drafted, accepted, by_position)
+    elif (length := mean("spec_accept_length")) is not None and length > 0:  # 0: its default, no speculation
+        spec = SpecDecodeView(mean_acceptance_length=length)
     return ServerView(
         level=level, num_samples=len(inside), mean_running=mean("requests_running"),
         mean_waiting=mean("requests_waiting"), max_kv_cache_usage=max(kv) if kv else None,
         preemptions=growth("preemptions_total"),
         prefix_cache_hit_rate=hits / queries if queries and hits is not None else None,
         generated_tokens=growth("generation_tokens_total"), prefix_cache_queries=queries,
-        mean_running_adapters=mean("running_adapters"), mean_waiting_adapters=mean("waiting_adapters"),
+        mean_running_adapters=mean("running_adapters"), mean_waiting_adapters=mean("waiting_adapters"), spec=spec,
     )
 
 
@@ -200,7 +228,22 @@ def summed_view(level: str, views: Sequence[ServerView]) -> ServerView:
         prefix_cache_hit_rate=sum(rate * q for rate, q in weighed) / lookups if lookups else None,
         generated_tokens=total(v.generated_tokens for v in views), prefix_cache_queries=lookups or None,
         num_replicas=len(views), mean_running_adapters=_mean_of(v.mean_running_adapters for v in views),
-        mean_waiting_adapters=_mean_of(v.mean_waiting_adapters for v in views))
+        mean_waiting_adapters=_mean_of(v.mean_waiting_adapters for v in views), spec=_summed_spec(views))
+
+
+def _summed_spec(views: Sequence[ServerView]) -> SpecDecodeView | None:
+    """Replicas' counters summed (so each weighs by its drafts); where some publish only a mean length, the mean
+    of those."""
+    specs = [v.spec for v in views if v.spec is not None]
+    counted = [s for s in specs if s.is_counted]
+    if counted and len(counted) == len(specs):
+        positions = max(len(s.acceptance_by_position) for s in counted)
+        by_position = [sum(s.drafts * (s.acceptance_by_position[k] if k < len(s.acceptance_by_position) else 0.0)
+                           for s in counted) for k in range(positions)]  # type: ignore[operator]
+        return SpecDecodeView.of_counts(sum(s.drafts for s in counted), sum(s.draft_tokens for s in counted),
+                                        sum(s.accepted_tokens for s in counted), by_position)  # type: ignore[misc]
+    length = _mean_of(s.mean_acceptance_length for s in specs)
+    return SpecDecodeView(mean_acceptance_length=length) if length is not None else None
 
 
 def _mean_of(values: Iterable[float | None]) -> float | None:

@@ -10,6 +10,7 @@ Times in a record are seconds on the level's monotonic clock (0 = the level's st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -347,6 +348,9 @@ class Tokens:
     mean_cached_tokens: float | None = None  # prompt tokens the server served from its prefix cache
     token_count_sources: dict[str, int] = field(default_factory=dict)
     usage: UsageTotals = field(default_factory=UsageTotals)
+    # tokens a streamed chunk carried, by the server's own count (None: it reported none): the client's view of
+    # tokens per step, above 1 where a step emits several (speculative decoding), whatever the server publishes
+    mean_tokens_per_chunk: float | None = None
 
 
 @dataclass(frozen=True)
@@ -452,7 +456,8 @@ SUMMARY_KEYS = (
     "run_request_per_s", "run_output_tokens_per_s", "goodput_request_per_s", "slo_attainment",
     "mean_input_tokens", "mean_output_tokens", "mean_in_flight", "ttft_ms", "itl_ms", "icl_ms", "tpot_ms", "e2e_ms",
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "schedule_lag_ms", "send_delay_ms", "ttft_ms_first_turn",
-    "ttft_ms_later_turns", "mean_cached_tokens", "token_count_sources", "num_usage_mismatch", "num_short_outputs",
+    "ttft_ms_later_turns", "mean_cached_tokens", "token_count_sources", "mean_tokens_per_chunk", "num_usage_mismatch",
+    "num_short_outputs",
     "num_resent", "ttfvt_ms", "num_throttled", "throttle_rate", "num_throttled_attempts", "retry_wait_ms",
     "connect_ms", "tcp_connect_ms", "tls_handshake_ms", "usage", "client", "machine", "num_workers", "is_valid",
     "invalid_reasons", "notes", "base_level", "repeat",
@@ -551,6 +556,41 @@ def _session_columns(figures: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# Tokens per streamed chunk past which a level is shown as speculating, though its server publishes nothing: a
+# detokenizer holding back a character's first bytes (or a stop string's start) makes a few chunks of two
+SEVERAL_TOKENS_A_CHUNK = 1.5
+
+
+@dataclass(frozen=True)
+class SpecDecodeView:
+    """Speculative decoding over one level, as the server counted it: drafts proposed and tokens accepted
+    (vLLM's counters, differenced over the level), or only the mean acceptance length where the server
+    publishes no more (SGLang's gauge, averaged over the level's samples).
+
+    As vLLM defines them: acceptance rate = accepted / drafted tokens; mean acceptance length = tokens a
+    verification step yields, 1 + accepted / drafts (the token the target model adds counted); acceptance at
+    position k = the share of drafts whose k-th token was accepted (it falls with k: a rejection ends a draft)."""
+
+    drafts: float | None = None  # verification steps that carried drafts
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_by_position: tuple[float, ...] = ()
+
+    @property
+    def is_counted(self) -> bool:
+        return self.drafts is not None and self.draft_tokens is not None and self.accepted_tokens is not None
+
+    @classmethod
+    def of_counts(cls, drafts: float, draft_tokens: float, accepted_tokens: float,
+                  accepted_by_position: Sequence[float] = ()) -> SpecDecodeView:
+        return cls(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted_tokens,
+                   acceptance_rate=accepted_tokens / draft_tokens if draft_tokens else None,
+                   mean_acceptance_length=1 + accepted_tokens / drafts if drafts else None,
+                   acceptance_by_position=tuple(a / drafts for a in accepted_by_position) if drafts else ())
+
+
 @dataclass(frozen=True)
 class ServerView:
     """One level as the server saw it, from the samples taken while it ran."""
@@ -567,6 +607,7 @@ class ServerView:
     num_replicas: int = 1  # > 1: the sum of that many replicas' views (behind a router)
     mean_running_adapters: float | None = None  # distinct LoRA adapters in the running batch (vLLM's LoRA series)
     mean_waiting_adapters: float | None = None  # distinct LoRA adapters of waiting requests
+    spec: SpecDecodeView | None = None  # speculative decoding, where the server publishes it
 
 
 @dataclass(frozen=True)

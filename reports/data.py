@@ -15,7 +15,7 @@ from typing import Any
 
 from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, LevelCost, ProviderCost
-from loadgen.types import LevelSummary, RepeatedLevel
+from loadgen.types import SEVERAL_TOKENS_A_CHUNK, LevelSummary, RepeatedLevel
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
 from reports.provider import provider_block
@@ -296,10 +296,24 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "accuracy": result.accuracy, "usd_per_correct_answer": result.usd_per_correct_answer,
             "billed": _billed_per_correct_answer(result, run),
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
-            "server_view": [asdict(view) for view in run.server_views],
+            "server_view": [asdict(view) for view in run.server_views], "speculation": _speculation(run),
             "provider": provider_block(run.summaries, run.bills),
             "energy": energy_block(run.summaries, run.gpu_views, run.gpu_reading),
             "replicas": _replicas(run), "ui": _ui(run, index), "plan": run.plan}
+
+
+def _speculation(run: ReportRun) -> list[dict[str, Any]]:
+    """Per level, the client's tokens per streamed chunk beside the server's drafts and acceptance; nothing
+    where neither shows speculation (no view said so, and chunks carried one token, or few more)."""
+    spec = {v.level: v.spec for v in run.server_views if v.spec is not None}
+    per_chunk = {s.level: s.tokens.mean_tokens_per_chunk for s in run.summaries}
+    if not spec and not any((n or 0.0) > SEVERAL_TOKENS_A_CHUNK for n in per_chunk.values()):
+        return []
+    return [{"level": s.level, "tokens_per_chunk": per_chunk[s.level],
+             "acceptance_rate": found.acceptance_rate if (found := spec.get(s.level)) else None,
+             "mean_acceptance_length": found.mean_acceptance_length if found else None,
+             "by_position": " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else ""}
+            for s in run.summaries]
 
 
 def _billed_per_correct_answer(result: CostResult, run: ReportRun) -> dict[str, Any] | None:

@@ -68,6 +68,8 @@ class ScriptedProtocol:
         elif method == "GET" and path == "/_models":
             models, self.state.models = self.state.models, []
             self.respond_json(200, {"models": models})
+        elif method == "GET" and path == "/metrics" and script.spec_tokens > 0:
+            self.respond(200, self.state.spec.page(script.model), "text/plain; version=0.0.4")
         elif method == "GET" and path == "/_sent":
             self.respond_json(200, self.state.sent.report_and_clear())
         elif method == "GET" and path == "/_prompts":
@@ -125,7 +127,7 @@ class ScriptedProtocol:
         if script.right_share >= 0:
             plan.first_text = quiz_answer(body, script, self.state.streams_in_flight)
         if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded \
-                and not plan.cached_tokens and plan.first_text is None:
+                and not plan.cached_tokens and plan.first_text is None and not script.spec_tokens:
             self.transport.write(instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
             return
         self.active = plan
@@ -145,13 +147,20 @@ class ScriptedProtocol:
             self.write_chunk(RATE_LIMIT_EVENT if plan.fault == "rate_limit_event" else ERROR_EVENT)
             self.write_chunk(b"")
         elif index == plan.num_chunks - 1:
+            self.note_spec(plan, index)
             self.state.release(plan)
             self.write_chunk(plan.event(index) + plan.tail())
             self.write_chunk(b"")
         else:
+            self.note_spec(plan, index)
             self.write_chunk(plan.event(index))
             plan.next_due += plan.gap_s(index + 1, self.state.streams_in_flight)
             self.state.ticker.add(plan.next_due, self, plan, index + 1)
+
+    def note_spec(self, plan: StreamPlan, index: int) -> None:
+        if plan.script.spec_tokens > 0:
+            tokens = plan.tokens_sent_after(index) - (plan.tokens_sent_after(index - 1) if index else 0)
+            self.state.spec.record(tokens, plan.script.spec_tokens)
 
     def write_chunk(self, payload: bytes) -> None:
         assert self.transport is not None

@@ -37,6 +37,9 @@ class Script:
     right_share: float = -1.0
     right_share_per_stream: float = 0.0
     adapters: tuple[str, ...] = ()  # LoRA adapters served beside `model`
+    # > 0: speculative decoding played with that many draft tokens a step: each chunk is one verified draft whose
+    # tokens past the first were accepted, counted at GET /metrics under vLLM's names (SpecCounters)
+    spec_tokens: int = 0
 
     @property
     def is_loaded(self) -> bool:
@@ -64,6 +67,40 @@ def _percentiles(values: list[float]) -> dict[str, float] | None:
         return None
     ordered = sorted(values)
     return {f"p{q}": ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] for q in (50, 90, 99)}
+
+
+class SpecCounters:
+    """Speculative decoding as the script plays it, counted as vLLM counts it: a chunk of n tokens is one draft
+    of `spec_tokens` tokens of which the first n - 1 were accepted (the last token is the target model's own).
+    So a level's truth is known in closed form: acceptance (tokens_per_chunk - 1) / spec_tokens, tokens per
+    step tokens_per_chunk, every position below tokens_per_chunk - 1 accepted in every draft."""
+
+    def __init__(self) -> None:
+        self.drafts = self.draft_tokens = self.accepted_tokens = self.generated_tokens = 0
+        self.accepted_by_position: list[int] = []
+
+    def record(self, tokens: int, spec_tokens: int) -> None:
+        accepted = min(max(tokens - 1, 0), spec_tokens)
+        self.drafts += 1
+        self.draft_tokens += spec_tokens
+        self.accepted_tokens += accepted
+        self.generated_tokens += tokens
+        self.accepted_by_position += [0] * (spec_tokens - len(self.accepted_by_position))
+        for position in range(accepted):
+            self.accepted_by_position[position] += 1
+
+    def page(self, model: str) -> bytes:
+        """The counters as Prometheus text, vLLM's names and labels."""
+        label = f'model_name="{model}"'
+        lines = []
+        for name, value in (("generation_tokens", self.generated_tokens), ("spec_decode_num_drafts", self.drafts),
+                            ("spec_decode_num_draft_tokens", self.draft_tokens),
+                            ("spec_decode_num_accepted_tokens", self.accepted_tokens)):
+            lines.append(f"# TYPE vllm:{name} counter\nvllm:{name}_total{{{label}}} {value}")
+        lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{label},position="{k}"}} {value}'
+                  for k, value in enumerate(self.accepted_by_position)]
+        return ("\n".join(lines) + "\n").encode()
 
 
 QUIZ_MARK = "[[answer:"

@@ -18,6 +18,8 @@ A provider can be played too: `reasoning_tokens` streams that many tokens first 
 (and reports them in `usage.completion_tokens_details`), `rate_limit_per_s` answers 429 with Retry-After
 past a token bucket of that many requests a second (`rate_limit_burst` deep), and `prefix_cache_block_words`
 reports as `cached_tokens` the prompt's leading blocks of words already seen in an earlier prompt.
+`spec_tokens` plays speculative decoding: each chunk is one draft of that many tokens, its tokens past the
+first accepted, counted at `GET /metrics` under vLLM's names (the only time it serves /metrics).
 
 Load can be scripted too, so a capacity under an SLO is known in closed form: `itl_per_stream_ms` adds
 that much to every gap for each other stream in flight (gap = itl_ms + itl_per_stream_ms * (streams - 1),
@@ -118,12 +120,14 @@ def main() -> None:
     parser.add_argument("--rate-limit-per-s", type=float, default=0.0, help="429 past this many requests/s (0: none)")
     parser.add_argument("--prefix-cache-block-words", type=int, default=0, help="report cached tokens (0: none)")
     parser.add_argument("--adapters", default="", help="NAME,NAME,...: LoRA adapters served beside --model")
+    parser.add_argument("--spec-tokens", type=int, default=0,
+                        help="play speculative decoding with this many draft tokens a step, counted at /metrics")
     args = parser.parse_args()
     script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model,
                     itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams,
                     reasoning_tokens=args.reasoning_tokens, rate_limit_per_s=args.rate_limit_per_s,
                     prefix_cache_block_words=args.prefix_cache_block_words,
-                    adapters=tuple(name for name in args.adapters.split(",") if name))
+                    adapters=tuple(name for name in args.adapters.split(",") if name), spec_tokens=args.spec_tokens)
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from scripted.answers import StreamPlan
 from scripted.provider_play import PrefixCache, TokenBucket
-from scripted.script import Script, SentTiming
+from scripted.script import Script, SentTiming, SpecCounters
 
 
 class Sender(Protocol):
@@ -74,6 +74,7 @@ class ScriptState:
         self.prefix_cache = PrefixCache(script.prefix_cache_block_words)
         self.prompts: list[str] = []  # sha256 of each completion request's messages (or prompt), as they came
         self.models: list[str | None] = []  # the model each completion request asked for, as they came
+        self.spec = SpecCounters()  # speculative decoding as played (script.spec_tokens > 0)
 
     def admit(self, protocol: Sender, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""

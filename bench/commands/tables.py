@@ -20,7 +20,7 @@ from engines.availability import Availability
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.results import Scores
-from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, ServerView
+from loadgen.types import SEVERAL_TOKENS_A_CHUNK, Distribution, Interval, LevelSummary, RepeatedLevel, ServerView
 from reports.ui_overhead import UiLevel
 
 if TYPE_CHECKING:
@@ -309,6 +309,28 @@ def server_view_table(views: list[ServerView], title: str) -> Table:
         table.add_row(v.level, str(v.num_samples), _fmt(v.mean_running), _fmt(v.mean_waiting),
                       share(v.max_kv_cache_usage), _fmt(v.preemptions, 0), share(v.prefix_cache_hit_rate), *adapters)
     return table
+
+
+def spec_decode_table(summaries: list[LevelSummary], views: list[ServerView], title: str) -> Table:
+    """Speculative decoding per level: the client's tokens per streamed chunk (every engine: several where a step
+    emits several) beside the server's drafts and acceptance, as vLLM defines them (SpecDecodeView)."""
+    table = DataTable(title=title)
+    for name in ("level", "tokens/chunk (client)", "drafts accepted", "accept length", "accepted by position"):
+        table.add_column(name, justify="left" if name in ("level", "accepted by position") else "right")
+    spec = {v.level: v.spec for v in views}
+    for summary in summaries:
+        found = spec.get(summary.level)
+        positions = " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else ""
+        table.add_row(summary.level, _fmt(summary.tokens.mean_tokens_per_chunk, 2),
+                      share(found.acceptance_rate) if found else "-",
+                      _fmt(found.mean_acceptance_length, 2) if found else "-", positions or "-")
+    return table
+
+
+def shows_speculation(summaries: list[LevelSummary], views: list[ServerView]) -> bool:
+    """A server that said it speculates, or chunks that carried several tokens."""
+    return any(v.spec is not None for v in views) or any(
+        (s.tokens.mean_tokens_per_chunk or 0.0) > SEVERAL_TOKENS_A_CHUNK for s in summaries)
 
 
 def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:

@@ -76,3 +76,55 @@ def test_the_sampler_stops_by_itself_when_its_parent_is_killed(tmp_path, kill_af
     while is_running(sampler) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not is_running(sampler), "the sampler outlived its parent"
+
+
+def test_vllms_spec_decode_counters_and_their_positions_are_read() -> None:
+    page = ('vllm:spec_decode_num_drafts_total{model_name="m"} 10\n'
+            'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 40\n'
+            'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 25\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 9\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 7\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="x"} 99\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1000000"} 99\n')
+    values = parse_metrics(page)
+    assert (values["spec_drafts_total"], values["spec_draft_tokens_total"], values["spec_accepted_tokens_total"]) \
+        == (10, 40, 25)
+    # a position that is no small number is no position (a hostile page names no million columns)
+    assert {k: v for k, v in values.items() if k.startswith("spec_accepted_pos_")} == \
+        {"spec_accepted_pos_0": 9, "spec_accepted_pos_1": 7}
+
+
+def test_a_levels_acceptance_is_the_growth_of_the_counters_over_it() -> None:
+    before = {"t": 10.0, "spec_drafts_total": 100, "spec_draft_tokens_total": 400, "spec_accepted_tokens_total": 150,
+              "spec_accepted_pos_0": 80, "spec_accepted_pos_1": 50, "spec_accepted_pos_2": 20}
+    after = {"t": 12.0, "spec_drafts_total": 120, "spec_draft_tokens_total": 480, "spec_accepted_tokens_total": 180,
+             "spec_accepted_pos_0": 96, "spec_accepted_pos_1": 60, "spec_accepted_pos_2": 24,
+             "spec_accepted_pos_3": 0}  # a position first published within the level
+    spec = server_view("c1", [before, after], 10.0, 12.0).spec
+    assert spec is not None and (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (20, 80, 30)
+    assert spec.acceptance_rate == 30 / 80 and spec.mean_acceptance_length == 1 + 30 / 20
+    assert spec.acceptance_by_position == (16 / 20, 10 / 20, 4 / 20, 0.0)
+
+
+def test_sglangs_mean_acceptance_length_is_averaged_over_ranks_and_samples() -> None:
+    page = ('sglang:spec_accept_length{model_name="m",dp_rank="0"} 2.0\n'
+            'sglang:spec_accept_length{model_name="m",dp_rank="1"} 3.0\n')
+    assert parse_metrics(page)["spec_accept_length"] == 2.5
+    samples = [{"t": 1.0, "spec_accept_length": 2.5}, {"t": 2.0, "spec_accept_length": 3.5}]
+    spec = server_view("c1", samples, 1.0, 2.0).spec
+    assert spec is not None and spec.mean_acceptance_length == 3.0 and spec.acceptance_rate is None
+    idle = server_view("c1", [{"t": 1.0, "spec_accept_length": 0.0}, {"t": 2.0, "spec_accept_length": 0.0}], 1, 2)
+    assert idle.spec is None  # SGLang's default without speculation
+
+
+def test_replicas_acceptance_pools_their_drafts() -> None:
+    from loadgen.telemetry import summed_view
+    from loadgen.types import ServerView, SpecDecodeView
+
+    def view(spec: SpecDecodeView) -> ServerView:
+        return ServerView("c8", 3, 1.0, 0.0, 0.1, 0.0, None, spec=spec)
+
+    pooled = summed_view("c8", [view(SpecDecodeView.of_counts(10, 40, 30, [9, 8, 7, 6])),
+                                view(SpecDecodeView.of_counts(30, 120, 30, [20, 10]))]).spec
+    assert pooled is not None and pooled.acceptance_rate == 60 / 160 and pooled.mean_acceptance_length == 1 + 60 / 40
+    assert pooled.acceptance_by_position == pytest.approx((29 / 40, 18 / 40, 7 / 40, 6 / 40))

@@ -4,7 +4,8 @@ Contract: `parse_generation_request(body, kind, limits)` turns a decoded JSON bo
 `GenerationRequest` (token ids + SamplingParams + streaming options) or raises `ApiError` whose message
 names the bad field and what would be accepted. Unknown fields are ignored, as vLLM does; vLLM's extra
 sampling fields (`ignore_eos`, `min_tokens`, `top_k`, `seed`, `stop_token_ids`) are accepted. Features
-this engine lacks (n > 1, logprobs, penalties) are refused rather than silently ignored. The response
+this engine lacks (n > 1, logprobs, penalties, structured outputs and tools) are refused rather than silently
+ignored. The response
 helpers build plain dicts. Nothing here does I/O or touches the engine.
 """
 
@@ -30,6 +31,15 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "repetition_penalty": (None, 1, 1.0),
+    # structured outputs and tools: answering free text instead would pass for success in a latency table
+    "response_format": (None, {"type": "text"}),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "structured_outputs": (None,),
 }
 
 

@@ -235,6 +235,24 @@ def test_unknown_fields_are_ignored(server: Server) -> None:
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] <= 2
 
 
+def test_structured_outputs_and_tools_are_refused_by_name_not_ignored(server: Server) -> None:
+    """A server that answers free text to a JSON request passes for a success in a latency table: refused, as vLLM
+    refuses what it lacks. Their off values still pass."""
+    chat = {"messages": [{"role": "user", "content": "Give me JSON"}], "max_tokens": 2}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    asked = {"response_format": {"type": "json_object"}, "tools": [tool], "tool_choice": "required",
+             "guided_json": {"type": "object"}, "guided_regex": "[a-z]+", "guided_choice": ["yes", "no"],
+             "guided_grammar": "root ::= \"a\"", "structured_outputs": {"json": {"type": "object"}}}
+    for field, value in asked.items():
+        response = httpx.post(server.base_url + CHAT, json={**chat, field: value}, timeout=30)
+        assert response.status_code == 400, (field, response.text)
+        error = response.json()["error"]
+        assert error["param"] == field and f"{field}=" in error["message"] and "not supported" in error["message"]
+    response = httpx.post(server.base_url + CHAT, json={**chat, "response_format": {"type": "text"}, "tools": [],
+                                                          "tool_choice": "none"}, timeout=30)
+    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] <= 2
+
+
 def test_api_key_is_required_on_v1_routes_only(tiny: LoadedModel) -> None:
     with tiny_server(tiny, api_key="sekret") as server:
         with pytest.raises(openai.AuthenticationError):
