@@ -69,6 +69,8 @@ class AttentionMetadata:
     query_lens: per sequence, new tokens this step (sum = T).
     context_lens: per sequence, tokens attended to, the new ones included.
     block_tables: per sequence, block ids covering at least context_lens tokens.
+    num_logits: per sequence, how many of its last new tokens need logits (None: one each, the last; a
+        verified draft needs one after each of its tokens).
     """
 
     positions: torch.Tensor
@@ -76,6 +78,7 @@ class AttentionMetadata:
     query_lens: list[int]
     context_lens: list[int]
     block_tables: list[list[int]]
+    num_logits: list[int] | None = None
 
     def __post_init__(self) -> None:
         num_seqs = len(self.query_lens)
@@ -86,6 +89,9 @@ class AttentionMetadata:
             raise ValueError(f"sum(query_lens) and slot_mapping must match the {num_tokens} positions")
         if any(q < 1 or c < q for q, c in zip(self.query_lens, self.context_lens, strict=True)):
             raise ValueError("each sequence needs 1 <= query_len <= context_len")
+        if self.num_logits is not None and (len(self.num_logits) != num_seqs or any(
+                not 1 <= n <= q for n, q in zip(self.num_logits, self.query_lens, strict=True))):
+            raise ValueError("num_logits needs one entry per sequence, each 1 <= num_logits <= query_len")
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ class AttentionPlan:
     slot_mapping: torch.Tensor  # (T,)
     decodes: tuple[DecodeGroup, ...]
     prefills: tuple[PrefillSegment, ...]
-    last_token_idx: torch.Tensor  # (num_seqs,) flat index of each sequence's last new token
+    logit_token_idx: torch.Tensor  # (sum of num_logits,) flat index of each token whose logits are wanted
     num_tokens: int
 
     @classmethod
@@ -129,13 +135,15 @@ class AttentionPlan:
             for i, q in enumerate(meta.query_lens)
             if q > 1
         )
-        last = [start + q - 1 for start, q in zip(starts, meta.query_lens, strict=True)]
+        num_logits = meta.num_logits or [1] * len(meta.query_lens)
+        wanted = [start + q - n + i for start, q, n in zip(starts, meta.query_lens, num_logits, strict=True)
+                  for i in range(n)]
         return cls(
             slot_mapping=meta.slot_mapping.to(device),
             decodes=tuple(_decode_group(meta, ids, starts, block_size, device, dtype)
                           for ids in _similar_lengths(decode_ids, meta.context_lens, block_size)),
             prefills=prefills,
-            last_token_idx=torch.tensor(last, dtype=torch.long, device=device),
+            logit_token_idx=torch.tensor(wanted, dtype=torch.long, device=device),
             num_tokens=starts[-1] + meta.query_lens[-1],
         )
 

@@ -4,7 +4,9 @@ Every block is in exactly one state: on the free list (reference count 0, not ca
 one or more sequences (count >= 1), or cached and unreferenced (count 0, evictable, least recently
 released first). A sequence gets blocks for all its known tokens at admission (`allocate`, reusing
 cached prefix blocks), one more block when a generated token crosses a block boundary
-(`append_slot`), and gives them all back on finish, abort or preemption (`free`).
+(`append_slot`), and gives them all back on finish, abort or preemption (`free`). Speculative decoding
+reserves slots for draft tokens too (`append_slot`'s lookahead) and gives back those its rejected drafts
+held (`trim`): their K/V, written past the sequence's tokens, is overwritten when those positions are computed.
 
 This module holds no K/V tensors: block ids index the model runner's cache. It never changes a
 sequence's tokens or status.
@@ -109,22 +111,28 @@ class BlockManager:
 
     # ---- growth: check, then commit -------------------------------------------------------------
 
-    def _num_missing_blocks(self, seq: Sequence) -> int:
-        return max(0, self.num_blocks_for(seq.num_tokens) - len(seq.block_table))
+    def _num_missing_blocks(self, seq: Sequence, num_lookahead: int) -> int:
+        return max(0, self.num_blocks_for(seq.num_tokens + num_lookahead) - len(seq.block_table))
 
-    def can_append(self, seq: Sequence) -> bool:
-        """Whether `append_slot(seq)` would succeed now. Changes nothing."""
-        return self._num_missing_blocks(seq) <= self.num_free_blocks
+    def can_append(self, seq: Sequence, num_lookahead: int = 0) -> bool:
+        """Whether `append_slot(seq, num_lookahead)` would succeed now. Changes nothing."""
+        return self._num_missing_blocks(seq, num_lookahead) <= self.num_free_blocks
 
-    def append_slot(self, seq: Sequence) -> None:
-        """Extend block_table to cover every known token (at most one new block after a sampled token).
+    def append_slot(self, seq: Sequence, num_lookahead: int = 0) -> None:
+        """Extend block_table to cover every known token and `num_lookahead` slots past them (draft tokens).
 
         Raises OutOfBlocksError if `can_append` is False.
         """
-        num_missing = self._num_missing_blocks(seq)
+        num_missing = self._num_missing_blocks(seq, num_lookahead)
         if num_missing > self.num_free_blocks:
             raise OutOfBlocksError(f"not enough free KV blocks for sequence {seq.request_id!r}")
         seq.block_table.extend(self._take_free_block() for _ in range(num_missing))
+
+    def trim(self, seq: Sequence) -> None:
+        """Give back the blocks past those its tokens need (the slots of rejected drafts), the last first."""
+        keep = self.num_blocks_for(seq.num_tokens)
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop())
 
     # ---- after a step ---------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engines.reference.core.speculative import SpeculativeConfig
+
 BatchingMode = Literal["none", "static", "continuous"]
 BATCHING_MODES: tuple[str, ...] = ("none", "static", "continuous")
 WEIGHT_FORMATS = ("auto", "bf16", "int8", "int4")  # how weights are kept: see core/quant.py
@@ -58,6 +60,7 @@ class EngineConfig:
         decodes); 0: none beyond min_prefill_chunk_tokens.
     min_prefill_chunk_tokens: the least prompt tokens such a step computes whatever the time, so that a prompt
         always moves.
+    speculative: prompt-lookup speculative decoding (`core/speculative.py`) for greedy requests; None: off.
     """
 
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -73,6 +76,7 @@ class EngineConfig:
     max_step_ratio: float | None = 2.5
     min_prefill_share: float = 0.5
     min_prefill_chunk_tokens: int = 32
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -94,6 +98,9 @@ class EngineConfig:
         if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 1):
             raise ConfigError(f"max_step_ratio must be a number > 1 (times the decodes' own time; or None: the "
                               f"target alone), got {ratio!r}")
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
+            raise ConfigError(f"speculative must be a SpeculativeConfig (or None: no speculation), got "
+                              f"{self.speculative!r}")
         if self.batching not in BATCHING_MODES:
             raise ConfigError(f"batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
         if not isinstance(self.enable_prefix_caching, bool):

@@ -6,7 +6,9 @@
             print(output.new_text, end="")
 
 Contract: `step()` returns one `RequestOutput` per request that got a token in that step (prefill chunks
-that did not finish a prompt produce none); a request's outputs concatenate to its whole completion.
+that did not finish a prompt produce none); a request's outputs concatenate to its whole completion. With
+speculative decoding (config.speculative), a greedy request's step verifies drafts proposed from its own
+tokens (`core/speculative.py`) and may yield several tokens, the same ones it would have yielded one a step.
 `add_request` and `abort` are called between steps from the thread that calls `step()`: the engine is
 not thread-safe and never blocks. It knows nothing of HTTP, asyncio or Prometheus; `stats()` exposes
 the counters a server turns into metrics.
@@ -27,6 +29,7 @@ from engines.reference.core.request_state import RequestState
 from engines.reference.core.sampling import SamplingParams, make_generator, sample
 from engines.reference.core.scheduler import QueueFullError, Scheduler, SchedulerOutput
 from engines.reference.core.sequence import Sequence
+from engines.reference.core.speculative import SpecDecodeCounters, accepted_tokens, propose
 from engines.reference.core.step_cost import StepCost, StepCostModel, StepShape
 from engines.reference.loading.tokenizer import Tokenizer, byte_tokenizer
 from engines.reference.loading.weights import LoadedModel, resolve_model
@@ -38,13 +41,14 @@ __all__ = ["EngineStats", "LLMEngine", "QueueFullError", "RequestOutput"]
 class RequestOutput:
     """What one step produced for one request.
 
-    new_token_ids: tokens sampled this step (one, or none when only the final text flush is left).
+    new_token_ids: tokens sampled this step (one; several where drafts were accepted; none when only the final
+        text flush is left).
     new_text: text that became final this step (held back while it might be part of a stop string or
         of an incomplete UTF-8 character); all of a request's new_text concatenated is its completion.
     finish_reason: None while running, then "stop" (EOS, a stop token or a stop string) or "length"
         (max_tokens or max_model_len).
     num_output_tokens: tokens generated so far (a stop token included, its text never).
-    ttft_s / itl_s: time from add_request to this (first) token, or since the request's previous token.
+    ttft_s / itl_s: time from add_request to this (first) output, or since the request's previous output.
     """
 
     request_id: str
@@ -80,6 +84,7 @@ class EngineStats:
     last_step_ms: float | None = None
     last_step_shape: StepShape | None = None
     step_cost: StepCost | None = None  # what a step costs, as learned (`core/step_cost.py`)
+    spec_decode: SpecDecodeCounters | None = None  # speculative decoding's drafts and acceptance; None: off
 
 
 class LLMEngine:
@@ -113,6 +118,7 @@ class LLMEngine:
         self._num_requests_added = 0
         self._num_steps = 0
         self._last_step: tuple[float, StepShape] | None = None
+        self.spec_counters = SpecDecodeCounters()
 
     @classmethod
     def from_model(
@@ -243,15 +249,16 @@ class LLMEngine:
         self._restore_counters(counters)
         return self.step_cost.cost
 
-    def _counters(self) -> tuple[int, ...]:
+    def _counters(self) -> tuple:
         cache = self.scheduler.block_manager.prefix_cache
         return (self._num_prompt_tokens, self._num_generation_tokens, self._num_requests_added,
-                self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens)
+                self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens,
+                self.spec_counters.snapshot())
 
-    def _restore_counters(self, counters: tuple[int, ...]) -> None:
+    def _restore_counters(self, counters: tuple) -> None:
         cache = self.scheduler.block_manager.prefix_cache
         (self._num_prompt_tokens, self._num_generation_tokens, self._num_requests_added,
-         self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens) = counters
+         self.scheduler.num_preemptions, cache.num_query_tokens, cache.num_hit_tokens, self.spec_counters) = counters
 
     @property
     def num_unfinished(self) -> int:
@@ -261,6 +268,7 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; returns an output for each request that got a token."""
+        self._propose_drafts()
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
@@ -273,53 +281,92 @@ class LLMEngine:
         self._last_step = (elapsed_ms, shape)
         return outputs
 
+    def _propose_drafts(self) -> None:
+        """Drafts for each running greedy decode (speculation on), within what the request may still generate:
+        its accepted drafts and the model's own next token must fit max_tokens and max_model_len."""
+        spec = self.config.speculative
+        if spec is None:
+            return
+        for seq in self.scheduler.running:
+            state = self._requests[seq.request_id]
+            if seq.num_uncomputed_tokens != 1 or not state.params.is_greedy or state.banned_token_ids():
+                continue
+            room = self.config.max_model_len - seq.num_tokens - 1
+            if state.params.max_tokens is not None:
+                room = min(room, state.params.max_tokens - seq.num_output_tokens - 1)
+            seq.draft_token_ids = propose(seq.token_ids, spec, room)
+
     def _run(self, out: SchedulerOutput) -> list[RequestOutput]:
         adapters = self.adapters
         items = [
             BatchItem(entry.seq.token_ids, entry.seq.num_computed_tokens, entry.num_new_tokens, entry.seq.block_table,
-                      adapters[entry.seq.adapter] if entry.seq.adapter is not None else None)
+                      adapters[entry.seq.adapter] if entry.seq.adapter is not None else None,
+                      tuple(entry.seq.draft_token_ids[:entry.num_draft_tokens]))
             for entry in out.scheduled
         ]  # fmt: skip
-        logits = self.runner.run(items)  # (len(items), vocab)
-        sampled = self._sample(out, logits)
+        logits = self.runner.run(items)  # (sum of the items' num_logits, vocab)
+        sampled = self._sample(out, items, logits)
         now = time.monotonic()
-        outputs = []
-        for seq in self.scheduler.postprocess(out, sampled):
-            outputs.append(self._process_token(self._requests[seq.request_id], now))
-        return outputs
+        num_new = {entry.seq.request_id: len(tokens) if isinstance(tokens, list) else 1
+                   for entry, tokens in zip(out.scheduled, sampled, strict=True) if tokens is not None}
+        return [self._process_tokens(self._requests[seq.request_id], num_new[seq.request_id], now)
+                for seq in self.scheduler.postprocess(out, sampled)]
 
-    def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> list[int | None]:
-        rows = [i for i, entry in enumerate(out.scheduled) if entry.is_sampling]
-        if not rows:
-            return [None] * len(out.scheduled)
-        states = [self._requests[out.scheduled[i].seq.request_id] for i in rows]
-        if len(rows) < logits.shape[0]:  # a prefill chunk that ends no prompt samples nothing
-            logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
+    def _sample(self, out: SchedulerOutput, items: list[BatchItem],
+                logits: torch.Tensor) -> list[int | list[int] | None]:
+        """Each sampling entry's token; an entry with drafts gets the tokens its verification yields (greedy:
+        the drafts the model agrees with, then its own next token)."""
+        sampled: list[int | list[int] | None] = [None] * len(out.scheduled)
+        first_row = 0
+        plain: list[tuple[int, int]] = []  # (entry, its logits row)
+        for i, (entry, item) in enumerate(zip(out.scheduled, items, strict=True)):
+            if entry.is_sampling and item.draft_token_ids:
+                rows = logits[first_row:first_row + item.num_logits]
+                choices = rows.max(dim=-1).indices.tolist()  # as `sample` picks a greedy row's token
+                tokens = accepted_tokens(item.draft_token_ids, choices)
+                self.spec_counters.record(len(item.draft_token_ids), len(tokens) - 1)
+                sampled[i] = tokens
+            elif entry.is_sampling:
+                plain.append((i, first_row))
+            first_row += item.num_logits
+        if not plain:
+            return sampled
+        states = [self._requests[out.scheduled[i].seq.request_id] for i, _ in plain]
+        if len(plain) < logits.shape[0]:  # a prefill chunk that ends no prompt samples nothing
+            logits = logits.index_select(0, torch.tensor([row for _, row in plain], device=logits.device))
         tokens = sample(
             logits,
             [state.params for state in states],
             [state.generator for state in states],
             [state.banned_token_ids() for state in states],
         ).tolist()
-        sampled: list[int | None] = [None] * len(out.scheduled)
-        for row, token_id in zip(rows, tokens, strict=True):
-            sampled[row] = token_id
+        for (i, _), token_id in zip(plain, tokens, strict=True):
+            sampled[i] = token_id
         return sampled
 
-    def _process_token(self, state: RequestState, now: float) -> RequestOutput:
+    def _process_tokens(self, state: RequestState, num_new: int, now: float) -> RequestOutput:
+        """The stop rules over the step's new tokens, one at a time; tokens after one that stops are dropped."""
         seq = state.seq
         ttft_s, itl_s = state.record_token_time(now)
         if ttft_s is not None:
             self._num_prompt_tokens += seq.num_prompt_tokens
-        self._num_generation_tokens += 1
-        new_text, finish_reason = state.append_token(seq.token_ids[-1], self.config.max_model_len)
+        new_ids = seq.token_ids[-num_new:]
+        texts, finish_reason = [], None
+        for index, token_id in enumerate(new_ids):
+            text, finish_reason = state.append_token(token_id, self.config.max_model_len, num_new - 1 - index)
+            texts.append(text)
+            if finish_reason is not None:
+                del seq.token_ids[len(seq.token_ids) - (num_new - 1 - index):]  # as if never generated
+                new_ids = new_ids[:index + 1]
+                break
+        self._num_generation_tokens += len(new_ids)
         if finish_reason is not None:
             self.scheduler.finish(seq)
             del self._requests[seq.request_id]
         return RequestOutput(
             request_id=seq.request_id,
-            new_token_ids=(seq.token_ids[-1],),
-            new_text=new_text,
+            new_token_ids=tuple(new_ids),
+            new_text="".join(texts),
             finished=finish_reason is not None,
             finish_reason=finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens,
@@ -355,5 +402,6 @@ class LLMEngine:
             last_step_ms=self._last_step[0] if self._last_step else None,
             last_step_shape=self._last_step[1] if self._last_step else None,
             step_cost=self.step_cost.cost,
+            spec_decode=self.spec_counters.snapshot() if self.config.speculative is not None else None,
         )
 

@@ -258,14 +258,15 @@ class LlamaModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_cache: KVCache, lora: LoraBatch | None = None
     ) -> torch.Tensor:
-        """Logits of each sequence's last new token; `lora` adds adapters' deltas to their own rows."""
+        """Logits of each sequence's last new token (of its last meta.num_logits ones), in order; `lora` adds
+        adapters' deltas to their own rows."""
         device = self.device
         plan = AttentionPlan.build(meta, kv_cache.block_size, device, self.dtype)
         rope = self.rope_tables(meta.positions)
         h = F.embedding(input_ids.to(device), self.embed_tokens)  # (T, hidden)
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
             h = layer(h, rope, plan, k_cache, v_cache, lora)
-        h = rms_norm(h.index_select(0, plan.last_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
+        h = rms_norm(h.index_select(0, plan.logit_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
         return linear(h, self.head_weight).float()  # (S, vocab)
 
 

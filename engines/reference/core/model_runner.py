@@ -20,27 +20,35 @@ from engines.reference.core.model import LlamaModel
 
 @dataclass(frozen=True)
 class BatchItem:
-    """One sequence's share of a step: compute token_ids[num_computed : num_computed + num_new]."""
+    """One sequence's share of a step: compute (token_ids + draft_token_ids)[num_computed : num_computed + num_new].
+    With drafts, the step ends at the last draft and wants logits after the last real token and each draft."""
 
     token_ids: Sequence[int]  # the whole sequence so far (prompt + generated)
     num_computed_tokens: int  # already in the KV cache
-    num_new_tokens: int  # computed this step
+    num_new_tokens: int  # computed this step (drafts included)
     block_table: Sequence[int]  # block ids covering at least num_computed + num_new tokens
     adapter: LoraAdapter | None = None  # the LoRA adapter its rows run, None for the base model
+    draft_token_ids: Sequence[int] = ()  # speculative decoding: tokens proposed after token_ids, verified here
 
     def __post_init__(self) -> None:
         if self.num_computed_tokens < 0 or self.num_new_tokens < 1:
             raise ValueError("BatchItem needs num_computed_tokens >= 0 and num_new_tokens >= 1")
-        if self.num_computed_tokens + self.num_new_tokens > len(self.token_ids):
+        if self.num_computed_tokens + self.num_new_tokens > len(self.token_ids) + len(self.draft_token_ids):
             raise ValueError(
                 f"BatchItem: num_computed_tokens + num_new_tokens "
                 f"({self.num_computed_tokens} + {self.num_new_tokens}) exceeds "
-                f"len(token_ids) ({len(self.token_ids)})"
+                f"len(token_ids) ({len(self.token_ids)}) + drafts ({len(self.draft_token_ids)})"
             )
+        if self.draft_token_ids and self.context_len != len(self.token_ids) + len(self.draft_token_ids):
+            raise ValueError("BatchItem: a step with drafts computes the sequence's last token and every draft")
 
     @property
     def context_len(self) -> int:
         return self.num_computed_tokens + self.num_new_tokens
+
+    @property
+    def num_logits(self) -> int:
+        return 1 + len(self.draft_token_ids)
 
 
 class ModelRunner:
@@ -71,6 +79,7 @@ class ModelRunner:
                 raise ValueError(f"block_table of {len(table)} blocks cannot hold {item.context_len} tokens")
             span = range(item.num_computed_tokens, item.context_len)
             input_ids.extend(item.token_ids[item.num_computed_tokens : item.context_len])
+            input_ids.extend(item.draft_token_ids)
             positions.extend(span)
             slots.extend(table[p // bs] * bs + p % bs for p in span)
         meta = AttentionMetadata(
@@ -79,12 +88,14 @@ class ModelRunner:
             query_lens=[item.num_new_tokens for item in items],
             context_lens=[item.context_len for item in items],
             block_tables=[list(item.block_table) for item in items],
+            num_logits=[item.num_logits for item in items] if any(item.draft_token_ids for item in items) else None,
         )
         return torch.tensor(input_ids, dtype=torch.long, device=self.device), meta
 
     @torch.inference_mode()
     def run(self, items: Sequence[BatchItem]) -> torch.Tensor:
-        """Logits (len(items), vocab), float32, of each item's last new token."""
+        """Logits (sum of num_logits, vocab), float32: of each item's last new token (one row an item without
+        drafts), or of its last real token and each draft, in item order."""
         input_ids, meta = self.prepare(items)
         spans = [(item.adapter, item.num_new_tokens) for item in items]
         lora = LoraBatch.from_spans(spans, self.device, self.lora_stacks)

@@ -61,16 +61,18 @@ class RequestState:
             return now_s - self.arrival_time_s, None
         return None, now_s - previous
 
-    def append_token(self, token_id: int, max_model_len: int) -> tuple[str, str | None]:
-        """Account for the token just appended to seq.token_ids; returns (final new text, finish reason)."""
-        params, num_output = self.params, self.seq.num_output_tokens
+    def append_token(self, token_id: int, max_model_len: int, num_later: int = 0) -> tuple[str, str | None]:
+        """Account for a token appended to seq.token_ids, `num_later` tokens before its end (a step that accepted
+        drafts appends several); returns (final new text, finish reason)."""
+        params, num_output = self.params, self.seq.num_output_tokens - num_later
         is_min_reached = num_output >= params.min_tokens
         if is_min_reached and token_id in self.stop_token_ids:
             return self._finish(is_min_reached), "stop"
         cut = self._push(self.detokenizer.push(token_id) if self.detokenizer is not None else "")
         if is_min_reached and cut is not None:
             return self._release(cut), "stop"
-        if (params.max_tokens is not None and num_output >= params.max_tokens) or self.seq.num_tokens >= max_model_len:
+        if (params.max_tokens is not None and num_output >= params.max_tokens) \
+                or self.seq.num_tokens - num_later >= max_model_len:
             return self._finish(is_min_reached), "length"
         return self._release(len(self.text) - self.stop_matcher.num_held_back_chars), None
 

@@ -52,11 +52,14 @@ class QueueFullError(RuntimeError):
 
 
 class ScheduledSeq(NamedTuple):
-    """Compute seq.token_ids[seq.num_computed_tokens : + num_new_tokens]; sample after it if is_sampling."""
+    """Compute seq.token_ids[seq.num_computed_tokens : + num_new_tokens]; sample after it if is_sampling.
+    A decode with drafts computes its last token and the first num_draft_tokens of seq.draft_token_ids
+    (num_new_tokens counts both), and samples after each."""
 
     seq: Sequence
     num_new_tokens: int
     is_sampling: bool
+    num_draft_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ class _Step:
     num_prefill_chunks: int = 0
 
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
-        is_sampling = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
-        self.scheduled.append(ScheduledSeq(seq, num_new_tokens, is_sampling))
+        num_drafts = max(0, seq.num_computed_tokens + num_new_tokens - seq.num_tokens)
+        is_sampling = seq.num_computed_tokens + num_new_tokens - num_drafts == seq.num_tokens
+        self.scheduled.append(ScheduledSeq(seq, num_new_tokens, is_sampling, num_drafts))
         self.num_tokens_left -= num_new_tokens
         self.num_prefill_chunks += seq.num_uncomputed_tokens > 1
 
@@ -213,14 +217,19 @@ class Scheduler:
         while pending and step.num_tokens_left > 0:
             seq = pending.pop(0)
             num_new_tokens = self._chunk(seq, step)
-            if num_new_tokens and self._reserve_blocks(seq, pending, step):
-                step.add(seq, num_new_tokens)
+            # drafts past the token budget are dropped: they only ever save time
+            del seq.draft_token_ids[max(0, num_new_tokens - seq.num_uncomputed_tokens):]
+            if num_new_tokens and self._reserve_blocks(seq, pending, step):  # (which may drop the drafts)
+                step.add(seq, min(num_new_tokens, seq.num_uncomputed_tokens + len(seq.draft_token_ids)))
 
     def _chunk(self, seq: Sequence, step: _Step) -> int:
         """The tokens of `seq` this step computes: all it needs within the token budget and, beside decodes,
-        within the step's time budget (the step's first prefill chunk at least min_prefill_chunk_tokens)."""
+        within the step's time budget (the step's first prefill chunk at least min_prefill_chunk_tokens). A
+        decode's drafts count as tokens it needs."""
+        if seq.num_uncomputed_tokens == 1:
+            return min(1 + len(seq.draft_token_ids), step.num_tokens_left)
         num_tokens = min(seq.num_uncomputed_tokens, step.num_tokens_left)
-        decodes = [entry for entry in step.scheduled if entry.num_new_tokens == 1]
+        decodes = [entry for entry in step.scheduled if entry.num_new_tokens - entry.num_draft_tokens == 1]
         cost = self.step_cost.cost if self.step_cost is not None else None
         if num_tokens <= 1 or not decodes or cost is None or self.config.max_step_ms is None:
             return num_tokens  # no decode to stall, or nothing learned yet: the token budget alone
@@ -239,18 +248,24 @@ class Scheduler:
 
         False when `seq` itself was the newest and got preempted.
         """
-        while not self.block_manager.can_append(seq):
+        drafts = len(seq.draft_token_ids)
+        while not self.block_manager.can_append(seq, drafts):
+            if drafts:  # drafts only save time: dropped before anyone is preempted for them
+                seq.draft_token_ids.clear()
+                drafts = 0
+                continue
             victim = max([*pending, seq], key=_arrival_index)
             self._preempt(victim, step)
             if victim is seq:
                 return False
             pending.remove(victim)
-        self.block_manager.append_slot(seq)
+        self.block_manager.append_slot(seq, drafts)
         return True
 
     def _preempt(self, seq: Sequence, step: _Step) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
+        seq.draft_token_ids.clear()
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
@@ -307,11 +322,14 @@ class Scheduler:
 
     # ---- after the step --------------------------------------------------------------------------
 
-    def postprocess(self, output: SchedulerOutput, sampled_token_ids: SequenceOf[int | None]) -> list[Sequence]:
-        """Record a finished step; returns the sequences that got a new token, in scheduled order.
+    def postprocess(self, output: SchedulerOutput,
+                    sampled_token_ids: SequenceOf[int | SequenceOf[int] | None]) -> list[Sequence]:
+        """Record a finished step; returns the sequences that got new tokens, in scheduled order.
 
-        `sampled_token_ids` holds one entry per scheduled entry (ignored where not is_sampling).
-        Advances num_computed_tokens, caches newly full blocks, appends sampled tokens. Sequences
+        `sampled_token_ids` holds one entry per scheduled entry (ignored where not is_sampling): a token id, or
+        for an entry with drafts the tokens it yields (its accepted drafts, then the model's own token).
+        Appends them, advances num_computed_tokens over what is now known to be right (a rejected draft's
+        K/V is not), caches newly full blocks and gives back the blocks rejected drafts held. Sequences
         finished or aborted since `schedule()` are skipped. Never finishes a sequence: the engine
         decides that and calls `finish`.
         """
@@ -321,15 +339,23 @@ class Scheduler:
                 f"got {len(sampled_token_ids)}"
             )
         sampled: list[Sequence] = []
-        for (seq, num_new_tokens, is_sampling), token_id in zip(output.scheduled, sampled_token_ids, strict=True):
+        for (seq, num_new_tokens, is_sampling, num_drafts), token_id in zip(output.scheduled, sampled_token_ids,
+                                                                              strict=True):
+            seq.draft_token_ids.clear()
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            self.block_manager.mark_computed(seq, num_new_tokens)
-            if is_sampling:
-                if token_id is None:
-                    raise ValueError(f"request {seq.request_id!r} was sampling but got no token id")
-                seq.token_ids.append(token_id)
-                sampled.append(seq)
+            if not is_sampling:
+                self.block_manager.mark_computed(seq, num_new_tokens)
+                continue
+            tokens = [token_id] if isinstance(token_id, int) else list(token_id or ())
+            if not 1 <= len(tokens) <= num_drafts + 1:
+                raise ValueError(f"request {seq.request_id!r} was sampling with {num_drafts} drafts but got "
+                                 f"{token_id!r}")
+            seq.token_ids.extend(tokens)  # first: the blocks cached below read the accepted drafts
+            self.block_manager.mark_computed(seq, num_new_tokens - num_drafts + len(tokens) - 1)
+            if num_drafts:
+                self.block_manager.trim(seq)
+            sampled.append(seq)
         return sampled
 
 

@@ -31,6 +31,8 @@ class Sequence:
     arrival_index: stamped by the scheduler that queued it (`Scheduler.add`), in that scheduler's order of
         arrival; a lower index arrived earlier. None until then.
     adapter: the name of the LoRA adapter it runs, None for the base model.
+    draft_token_ids: tokens proposed for the positions after token_ids (speculative decoding), verified in the
+        next step and cleared after it; never part of token_ids until accepted.
     """
 
     request_id: str
@@ -44,6 +46,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list, init=False)
     status: SequenceStatus = field(default=SequenceStatus.WAITING, init=False)
     arrival_index: int | None = field(default=None, init=False)
+    draft_token_ids: list[int] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engines.reference.core.engine import EngineStats, RequestOutput
+from engines.reference.core.speculative import SpecDecodeCounters
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -44,8 +45,9 @@ _COUNTERS = {
 class EngineMetrics:
     """Gauges, counters and latency histograms of one engine, on a private registry."""
 
-    def __init__(self, model_name: str, max_loras: int | None = None) -> None:
-        """`max_loras`: LoRA is served, with that many adapters a batch (vllm:lora_requests_info is published)."""
+    def __init__(self, model_name: str, max_loras: int | None = None, speculative: bool = False) -> None:
+        """`max_loras`: LoRA is served, with that many adapters a batch (vllm:lora_requests_info is published);
+        `speculative`: the engine speculates (vLLM's spec_decode counters are published)."""
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["model_name"]
 
@@ -89,6 +91,7 @@ class EngineMetrics:
             multiprocess_mode="mostrecent",
         )  # fmt: skip
         self._lora_labels: tuple[str, str, str] | None = None
+        self._spec = _SpecDecodeMetrics(self.registry, labels, model_name) if speculative else None
 
     def record_step(self, stats: EngineStats, outputs: Iterable[RequestOutput] = ()) -> None:
         """Set the gauges from `stats`, advance the counters by its change, observe each output's latencies."""
@@ -101,6 +104,8 @@ class EngineMetrics:
                 counter.inc(delta)
         if self._previous is not None and stats.num_steps > self._previous.num_steps:  # not the warm-up's
             self._step_metrics.record(stats)
+        if self._spec is not None and stats.spec_decode is not None:
+            self._spec.record(stats.spec_decode)
         self._previous = stats
         if self._lora_info is not None:
             labels = (str(self._max_loras), ",".join(stats.waiting_adapters), ",".join(stats.running_adapters))
@@ -121,6 +126,38 @@ class EngineMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _SpecDecodeMetrics:
+    """Speculative decoding's counters under vLLM's names: drafts (rows verified with drafts), draft tokens,
+    accepted tokens, and accepted tokens per draft position; advanced by the engine's cumulative counts."""
+
+    def __init__(self, registry: CollectorRegistry, labels: list[str], model_name: str) -> None:
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry).labels(model_name)
+
+        self._drafts = counter("vllm:spec_decode_num_drafts", "Rows verified with draft tokens.")
+        self._draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed.")
+        self._accepted = counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.")
+        self._per_position = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                     "Draft tokens accepted, by their position in the draft.", [*labels, "position"],
+                                     registry=registry)
+        self._model_name = model_name
+        self._previous = SpecDecodeCounters()
+
+    def record(self, now: SpecDecodeCounters) -> None:
+        before = self._previous
+        for counter, delta in ((self._drafts, now.num_drafts - before.num_drafts),
+                               (self._draft_tokens, now.num_draft_tokens - before.num_draft_tokens),
+                               (self._accepted, now.num_accepted_tokens - before.num_accepted_tokens)):
+            if delta > 0:
+                counter.inc(delta)
+        for position, count in enumerate(now.accepted_per_position):
+            earlier = before.accepted_per_position[position] if position < len(before.accepted_per_position) else 0
+            series = self._per_position.labels(self._model_name, str(position))  # each position, once drafted
+            if count > earlier:
+                series.inc(count - earlier)
+        self._previous = now
 
 
 class _StepMetrics:

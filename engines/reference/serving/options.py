@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from engines.reference.core.config import BATCHING_MODES, WEIGHT_FORMATS, EngineConfig
+from engines.reference.core.speculative import SpeculativeConfig
 
 DESCRIPTION = "The reference engine: an OpenAI-compatible server (Llama-family models, paged KV cache)."
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -46,6 +47,7 @@ class ServerOptions:
     lora_modules: tuple[str, ...] = ()  # NAME=PATH of each LoRA adapter served (PEFT layout)
     max_loras: int = EngineConfig.max_loras
     max_lora_rank: int = 16
+    speculative_config: str | None = None  # vLLM's --speculative-config JSON (the ngram method)
     # what one client may ask or hold (each refusal names its flag)
     max_stop_strings: int = 16
     max_stop_chars: int = 1024
@@ -62,6 +64,17 @@ class ServerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a number > 0, got {value!r}")
+        self.speculative()  # a bad config is said with the other flags
+
+    def speculative(self) -> SpeculativeConfig | None:
+        """--speculative-config parsed; ValueError naming the flag and what it takes."""
+        if self.speculative_config is None:
+            return None
+        try:
+            return SpeculativeConfig.from_json(self.speculative_config)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"--speculative-config: {exc} (e.g. '{{\"method\": \"ngram\", "
+                             f"\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}}')") from exc
 
 
 def api_key_of(options: ServerOptions) -> str | None:
@@ -144,6 +157,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help=f"distinct adapters in one batch; others wait (default {defaults.max_loras})")
     parser.add_argument("--max-lora-rank", type=int, default=defaults.max_lora_rank,
                         help=f"the highest adapter rank taken (default {defaults.max_lora_rank})")
+    parser.add_argument("--speculative-config", default=None, metavar="JSON",
+                        help="speculative decoding by prompt lookup for greedy requests, as vLLM takes it: "
+                        "'{\"method\": \"ngram\", \"num_speculative_tokens\": K, \"prompt_lookup_min\": A, "
+                        "\"prompt_lookup_max\": B}' (default: off)")
     _add_client_limits(parser.add_argument_group("limits on one client"), defaults)
     return parser
 

@@ -78,6 +78,7 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         enable_prefix_caching=options.prefix_cache,
         weights=options.weights_dtype,
         max_loras=options.max_loras,
+        speculative=options.speculative(),
     )
     model = engine.loaded.model
     for name, path in modules.items():
@@ -114,7 +115,8 @@ class Server:
         self._api_key = api_key_of(options)  # before the model loads: a key named but not set is said at once
         self.engine = engine if engine is not None else build_engine(options)
         self.model_name = options.served_model_name or self.engine.model_name
-        self.metrics = EngineMetrics(self.model_name, self.engine.config.max_loras if self.engine.adapters else None)
+        self.metrics = EngineMetrics(self.model_name, self.engine.config.max_loras if self.engine.adapters else None,
+                                     speculative=self.engine.config.speculative is not None)
         self.async_engine = AsyncEngine(self.engine, self.metrics, options.max_pending_outputs)
         self.limits = Limits(
             self.model_name, self.engine.config.max_model_len, self.engine.vocab_size, self.engine.tokenizer,
@@ -363,6 +365,8 @@ def serve(options: ServerOptions) -> int | None:
         print(step_cost_line(learned, server.engine.config), flush=True)
         for choice in server.engine.loaded.kernels:
             print(f"weights: {choice.line()}", flush=True)
+        if server.engine.config.speculative is not None:
+            print(f"speculative decoding: {server.engine.config.speculative.describe()}", flush=True)
         server.async_engine.run()
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
