@@ -258,6 +258,11 @@ def _http_failure(status: int, headers: CIMultiDict[str], raw: bytes) -> StreamF
     return StreamFailure("http_error", f"HTTP {status}: {message}", status)
 
 
+def _count_or_none(value: Any) -> int | None:
+    """A count a server said, if it is one (an answer is hostile: anything else is not kept)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else None
+
+
 def _is_rate_limit(error: Any) -> bool:
     """A provider's rate-limit error sent as an event (after the 200 was already sent)."""
     if not isinstance(error, dict):
@@ -355,6 +360,10 @@ class _StreamState:
             completion = usage.get("completion_tokens")
             if completion is not None:
                 self.server_output_tokens = completion
+        timings = payload.get("timings")
+        if timings and isinstance(timings, dict) and "draft_n" in timings:  # llama.cpp's, per request
+            self.record.draft_tokens = _count_or_none(timings.get("draft_n"))
+            self.record.accepted_draft_tokens = _count_or_none(timings.get("draft_n_accepted"))
         choices = payload.get("choices")
         if not choices:
             return

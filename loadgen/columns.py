@@ -25,7 +25,7 @@ NAN = float("nan")  # a time the record does not have
 TIMES = ("send_s", "end_s", "scheduled_s", "dispatch_s", "first_visible_s", "first_send_s", "connect_ms")
 COUNTS = ("user", "worker", "turn", "prompt_tokens", "output_tokens", "cached_tokens", "server_output_tokens",
           "max_tokens", "reasoning_tokens", "attempts", "throttled_attempts", "step", "session_requests",
-          "implied_cached_tokens", "correct")
+          "implied_cached_tokens", "correct", "draft_tokens", "accepted_draft_tokens")
 DEFAULTS = {"output_tokens": 0, "attempts": 1, "throttled_attempts": 0}  # RequestRecord's, for a row without them
 
 

@@ -182,7 +182,14 @@ def _tokens(c: LevelColumns) -> Tokens:
         mean_input_tokens=_mean(prompt_ok[prompt_ok != NONE]), mean_output_tokens=_mean(k["output_tokens"][ok]),
         mean_cached_tokens=_mean_or_none(cached_ok[cached_ok != NONE]), token_count_sources=c.token_count_sources,
         usage=usage_totals(c, ok), mean_tokens_per_chunk=_tokens_per_chunk(c),
+        request_acceptance_rate=_request_acceptance(c),
     )
+
+
+def _request_acceptance(c: LevelColumns) -> float | None:
+    drafted = c.ok & (c.counts["draft_tokens"] > 0) & (c.counts["accepted_draft_tokens"] != NONE)
+    total = int(c.counts["draft_tokens"][drafted].sum())
+    return int(c.counts["accepted_draft_tokens"][drafted].sum()) / total if total else None
 
 
 def _tokens_per_chunk(c: LevelColumns) -> float | None:

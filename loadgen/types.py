@@ -126,6 +126,9 @@ class RequestRecord:
     answer_sha256: str | None = None  # the answer's fingerprint, where it was read (graded, or a quality run)
     first_token_sha256: str | None = None  # its first token's, where the server returned logprobs
     adapter: str | None = None  # the LoRA adapter it asked for (None: the base model)
+    # speculative decoding, where the server says per request (llama.cpp's timings.draft_n, draft_n_accepted)
+    draft_tokens: int | None = None
+    accepted_draft_tokens: int | None = None
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None
@@ -351,6 +354,8 @@ class Tokens:
     # tokens a streamed chunk carried, by the server's own count (None: it reported none): the client's view of
     # tokens per step, above 1 where a step emits several (speculative decoding), whatever the server publishes
     mean_tokens_per_chunk: float | None = None
+    # draft tokens accepted / drafted, pooled over the requests whose server said (None: none did)
+    request_acceptance_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -456,8 +461,8 @@ SUMMARY_KEYS = (
     "run_request_per_s", "run_output_tokens_per_s", "goodput_request_per_s", "slo_attainment",
     "mean_input_tokens", "mean_output_tokens", "mean_in_flight", "ttft_ms", "itl_ms", "icl_ms", "tpot_ms", "e2e_ms",
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "schedule_lag_ms", "send_delay_ms", "ttft_ms_first_turn",
-    "ttft_ms_later_turns", "mean_cached_tokens", "token_count_sources", "mean_tokens_per_chunk", "num_usage_mismatch",
-    "num_short_outputs",
+    "ttft_ms_later_turns", "mean_cached_tokens", "token_count_sources", "mean_tokens_per_chunk",
+    "request_acceptance_rate", "num_usage_mismatch", "num_short_outputs",
     "num_resent", "ttfvt_ms", "num_throttled", "throttle_rate", "num_throttled_attempts", "retry_wait_ms",
     "connect_ms", "tcp_connect_ms", "tls_handshake_ms", "usage", "client", "machine", "num_workers", "is_valid",
     "invalid_reasons", "notes", "base_level", "repeat",

@@ -307,12 +307,15 @@ def _speculation(run: ReportRun) -> list[dict[str, Any]]:
     where neither shows speculation (no view said so, and chunks carried one token, or few more)."""
     spec = {v.level: v.spec for v in run.server_views if v.spec is not None}
     per_chunk = {s.level: s.tokens.mean_tokens_per_chunk for s in run.summaries}
-    if not spec and not any((n or 0.0) > SEVERAL_TOKENS_A_CHUNK for n in per_chunk.values()):
+    per_request = {s.level: s.tokens.request_acceptance_rate for s in run.summaries}
+    if not spec and not any((n or 0.0) > SEVERAL_TOKENS_A_CHUNK for n in per_chunk.values()) \
+            and all(rate is None for rate in per_request.values()):
         return []
     return [{"level": s.level, "tokens_per_chunk": per_chunk[s.level],
              "acceptance_rate": found.acceptance_rate if (found := spec.get(s.level)) else None,
              "mean_acceptance_length": found.mean_acceptance_length if found else None,
-             "by_position": " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else ""}
+             "by_position": " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else "",
+             "request_acceptance_rate": per_request[s.level]}
             for s in run.summaries]
 
 

@@ -84,7 +84,12 @@ class StreamPlan:
     def tail(self) -> bytes:
         usage = _usage(self.prompt_tokens, self.num_tokens, self.reasoning_tokens, self.cached_tokens)
         last = _event("", self.is_chat, finish_reason="length")
-        usage_only = b"data: " + orjson.dumps({"id": "scripted", "choices": [], "usage": usage}) + b"\n\n"
+        tail: dict[str, Any] = {"id": "scripted", "choices": [], "usage": usage}
+        if self.script.spec_tokens:  # llama.cpp's per-request figures: a chunk is a draft, its tokens past one kept
+            spec, per_chunk = self.script.spec_tokens, self.script.tokens_per_chunk
+            accepted = sum(min(self.tokens_sent_after(i) - i * per_chunk - 1, spec) for i in range(self.num_chunks))
+            tail["timings"] = {"draft_n": self.num_chunks * spec, "draft_n_accepted": accepted}
+        usage_only = b"data: " + orjson.dumps(tail) + b"\n\n"
         return last + usage_only + b"data: [DONE]\n\n"
 
 

@@ -315,7 +315,8 @@ def spec_decode_table(summaries: list[LevelSummary], views: list[ServerView], ti
     """Speculative decoding per level: the client's tokens per streamed chunk (every engine: several where a step
     emits several) beside the server's drafts and acceptance, as vLLM defines them (SpecDecodeView)."""
     table = DataTable(title=title)
-    for name in ("level", "tokens/chunk (client)", "drafts accepted", "accept length", "accepted by position"):
+    for name in ("level", "tokens/chunk (client)", "drafts accepted", "accept length", "accepted by position",
+                 "accepted (per request)"):
         table.add_column(name, justify="left" if name in ("level", "accepted by position") else "right")
     spec = {v.level: v.spec for v in views}
     for summary in summaries:
@@ -323,14 +324,16 @@ def spec_decode_table(summaries: list[LevelSummary], views: list[ServerView], ti
         positions = " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else ""
         table.add_row(summary.level, _fmt(summary.tokens.mean_tokens_per_chunk, 2),
                       share(found.acceptance_rate) if found else "-",
-                      _fmt(found.mean_acceptance_length, 2) if found else "-", positions or "-")
+                      _fmt(found.mean_acceptance_length, 2) if found else "-", positions or "-",
+                      share(summary.tokens.request_acceptance_rate))
     return table
 
 
 def shows_speculation(summaries: list[LevelSummary], views: list[ServerView]) -> bool:
     """A server that said it speculates, or chunks that carried several tokens."""
     return any(v.spec is not None for v in views) or any(
-        (s.tokens.mean_tokens_per_chunk or 0.0) > SEVERAL_TOKENS_A_CHUNK for s in summaries)
+        (s.tokens.mean_tokens_per_chunk or 0.0) > SEVERAL_TOKENS_A_CHUNK or s.tokens.request_acceptance_rate is not None
+        for s in summaries)
 
 
 def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:

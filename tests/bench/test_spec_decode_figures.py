@@ -4,6 +4,7 @@ each chunk of 3 tokens is one draft of 4 tokens of which the first 2 were accept
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.run.rundir import read_run
@@ -18,6 +19,9 @@ def test_a_levels_acceptance_equals_what_the_server_was_told(scripted, tmp_path:
     run = read_run(only_run_dir(tmp_path))
     (summary,) = run.summaries
     assert summary.tokens.mean_tokens_per_chunk == 3.0  # the client's own view: 30 tokens in 10 chunks
+    assert summary.tokens.request_acceptance_rate == 0.5  # each answer's own figures (llama.cpp's timings)
+    rows = [json.loads(line) for line in (only_run_dir(tmp_path) / "requests.jsonl").read_text().splitlines()]
+    assert rows and {(r.get("draft_tokens"), r.get("accepted_draft_tokens")) for r in rows if r["ok"] and not r["is_warmup"]} == {(40, 20)}
     (view,) = run.server_views
     spec = view.spec
     assert spec is not None and spec.drafts and spec.drafts >= 10  # a level's growth, not the counters' totals
@@ -34,5 +38,6 @@ def test_without_speculation_nothing_is_claimed(scripted, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     run = read_run(only_run_dir(tmp_path))
     assert run.summaries[0].tokens.mean_tokens_per_chunk == 1.0
+    assert run.summaries[0].tokens.request_acceptance_rate is None
     assert all(view.spec is None for view in run.server_views)
     assert "speculative decoding" not in result.stdout
