@@ -72,6 +72,10 @@ def read_configs(path: Path) -> list[TuneConfig]:
 
 
 def _text(value: Any) -> str:
+    """A YAML value as the engine's flag takes it: true/false, or a mapping or list as JSON (vLLM's
+    --speculative-config and the like)."""
+    if isinstance(value, dict | list):
+        return json.dumps(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -47,6 +47,9 @@ def test_a_configs_file_lists_mappings_of_engine_arguments(tmp_path: Path) -> No
     path.write_text("configs:\n  - {max-num-seqs: 64}\n  - {name: big-batch, max-num-seqs: 256, prefix-cache: false}\n")
     assert read_configs(path) == [TuneConfig("max-num-seqs=64", {"max-num-seqs": "64"}),
                                   TuneConfig("big-batch", {"max-num-seqs": "256", "prefix-cache": "false"})]
+    path.write_text("configs:\n  - {name: ngram, speculative-config: {method: ngram, num_speculative_tokens: 4}}\n")
+    assert read_configs(path) == [TuneConfig("ngram", {"speculative-config": '{"method": "ngram", '
+                                                                            '"num_speculative_tokens": 4}'})]
     path.write_text("configs: []\n")
     with pytest.raises(TuneError, match="expected `configs:` a non-empty list"):
         read_configs(path)
