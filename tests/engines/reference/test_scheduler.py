@@ -41,7 +41,7 @@ class SlotCheckingRunner:
 
     def run(self, output: SchedulerOutput) -> list[int | None]:
         sampled: list[int | None] = []
-        for seq, num_new_tokens, is_sampling in output.scheduled:
+        for seq, num_new_tokens, is_sampling, _ in output.scheduled:
             digests = self.prefix_digests(seq)
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new_tokens
             assert 0 < num_new_tokens and end <= seq.num_tokens
@@ -360,7 +360,7 @@ def test_preemption_frees_the_newest_running_sequence_and_requeues_it_first() ->
     scheduler.finish(seqs[1])
     num_query_tokens = scheduler.block_manager.prefix_cache.num_query_tokens
     output = scheduler.schedule()  # c comes back; a and b evicted its cached blocks, so all 9 are recomputed
-    assert output.scheduled[0] == (seqs[2], 9, True)
+    assert output.scheduled[0] == (seqs[2], 9, True, 0)
     assert scheduler.block_manager.prefix_cache.num_query_tokens == num_query_tokens + 1  # only "late"
 
 
