@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.inputs.hardware import cpu_model
 from bench.run.rundir import read_run
 
 BENCH = [sys.executable, "-m", "bench"]
@@ -69,7 +70,7 @@ def _sweep(scenario: str, flags: list[str], out: Path, args: argparse.Namespace)
 
 
 def _print(rows: dict[tuple[str, str, str], list[dict[str, float]]], args: argparse.Namespace) -> None:
-    print(f"\nreference engine, default model, {platform.machine()} ({_cpu_model()}); "
+    print(f"\nreference engine, default model, {platform.machine()} ({cpu_model()}); "
           f"num_speculative_tokens {args.tokens}; medians of {args.rounds} rounds of {args.duration:g} s levels")
     labels = ["out tok/s", "TPOT p50", "TPOT p99", "tok/chunk", "accepted", "accept len"]
     print(f"{'workload':>8} {'level':>6} {'spec':>6} " + " ".join(f"{label:>10}" for label in labels)
@@ -80,14 +81,6 @@ def _print(rows: dict[tuple[str, str, str], list[dict[str, float]]], args: argpa
         ratio = medians["out tok/s"] / statistics.median(f["out tok/s"] for f in off) if off else float("nan")
         print(f"{scenario:>8} {level:>6} {name:>6} " + " ".join(f"{medians[label]:>10,.2f}" for label in labels)
               + f" {ratio:>8.2f}")
-
-
-def _cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 if __name__ == "__main__":

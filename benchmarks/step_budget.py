@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.inputs.hardware import cpu_model
 from bench.run.rundir import level_spans, telemetry_samples
 from loadgen.telemetry import server_view
 
@@ -76,7 +77,7 @@ def _figure(row: dict, key: str, stat: str | None) -> float:
 
 def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]], args: argparse.Namespace) -> None:
     print(f"\nreference engine, default model, chat scenario, {platform.processor() or platform.machine()} "
-          f"({_cpu_model()}); medians of {args.rounds} rounds")
+          f"({cpu_model()}); medians of {args.rounds} rounds")
     print(f"{'config':>8} {'level':>6} " + " ".join(f"{label:>10}" for label, _, _ in FIGURES) + f" {'p99/p50':>8}")
     levels = sorted({level for _, level in rows}, key=lambda level: int(level.lstrip("c")))
     for level in levels:
@@ -87,14 +88,6 @@ def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]
             medians = [statistics.median(_figure(r, key, stat) for r in found) for _, key, stat in FIGURES]
             ratio = statistics.median(_figure(r, "itl_ms", "p99") / _figure(r, "itl_ms", "p50") for r in found)
             print(f"{name:>8} {level:>6} " + " ".join(f"{m:>10,.1f}" for m in medians) + f" {ratio:>8.2f}")
-
-
-def _cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 if __name__ == "__main__":

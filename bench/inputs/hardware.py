@@ -16,7 +16,7 @@ def describe_host() -> dict[str, Any]:
         "hostname": platform.node(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": _memory_gib(),
@@ -62,7 +62,8 @@ def _gpus_from_nvidia_smi() -> list[dict[str, Any]]:
     return gpus
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it (else what platform knows)."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         for line in cpuinfo.read_text().splitlines():
