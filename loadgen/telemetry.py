@@ -70,15 +70,17 @@ def parse_metrics(text: str) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
-            label_sets[sample.name] = label_sets.get(sample.name, 0) + 1
-            if sample.name == LORA_SERIES and (lora is None or sample.value > lora[0]):
+            if sample.name in AVERAGED:
+                label_sets[sample.name] = label_sets.get(sample.name, 0) + 1
+            elif sample.name == LORA_SERIES and (lora is None or sample.value > lora[0]):
                 lora = (float(sample.value), sample.labels)
-            position = sample.labels.get("position", "")
-            if sample.name == SPEC_PER_POSITION and position.isdigit() and int(position) < MAX_SPEC_POSITIONS:
-                key = SPEC_POSITION_KEY + str(int(position))
-                values[key] = values.get(key, 0.0) + float(sample.value)
-    for name in AVERAGED & found.keys():
-        found[name] /= label_sets[name]
+            elif sample.name == SPEC_PER_POSITION:
+                position = sample.labels.get("position", "")
+                if position.isdigit() and int(position) < MAX_SPEC_POSITIONS:
+                    key = SPEC_POSITION_KEY + str(int(position))
+                    values[key] = values.get(key, 0.0) + float(sample.value)
+    for name, count in label_sets.items():
+        found[name] /= count
     if lora is not None:  # distinct adapters running and waiting: comma-joined names
         for ours, label in (("running_adapters", "running_lora_adapters"),
                             ("waiting_adapters", "waiting_lora_adapters")):

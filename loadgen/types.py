@@ -583,6 +583,10 @@ class SpecDecodeView:
     mean_acceptance_length: float | None = None
     acceptance_by_position: tuple[float, ...] = ()
 
+    def positions_text(self, most: int = 8) -> str:
+        """Acceptance at the first `most` draft positions, as a reader scans it: "90% 70% 40%" ("" if unknown)."""
+        return " ".join(f"{rate:.0%}" for rate in self.acceptance_by_position[:most])
+
     @property
     def is_counted(self) -> bool:
         return self.drafts is not None and self.draft_tokens is not None and self.accepted_tokens is not None
@@ -613,6 +617,14 @@ class ServerView:
     mean_running_adapters: float | None = None  # distinct LoRA adapters in the running batch (vLLM's LoRA series)
     mean_waiting_adapters: float | None = None  # distinct LoRA adapters of waiting requests
     spec: SpecDecodeView | None = None  # speculative decoding, where the server publishes it
+
+
+def speculates(summaries: Sequence[LevelSummary], views: Sequence[ServerView]) -> bool:
+    """Whether a run shows speculative decoding: its server said so (counters, or per-request figures), or its
+    chunks carried several tokens though the server publishes nothing."""
+    return any(v.spec is not None for v in views) or any(
+        (s.tokens.mean_tokens_per_chunk or 0.0) > SEVERAL_TOKENS_A_CHUNK or s.tokens.request_acceptance_rate is not None
+        for s in summaries)
 
 
 @dataclass(frozen=True)

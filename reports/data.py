@@ -15,7 +15,7 @@ from typing import Any
 
 from common.units import share, tokens, usd
 from costmodel.types import CostResult, Decision, LevelCost, ProviderCost
-from loadgen.types import SEVERAL_TOKENS_A_CHUNK, LevelSummary, RepeatedLevel
+from loadgen.types import LevelSummary, RepeatedLevel, speculates
 from reports.energy import energy_block
 from reports.inputs import ReportInput, ReportRun
 from reports.provider import provider_block
@@ -304,18 +304,15 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
 
 def _speculation(run: ReportRun) -> list[dict[str, Any]]:
     """Per level, the client's tokens per streamed chunk beside the server's drafts and acceptance; nothing
-    where neither shows speculation (no view said so, and chunks carried one token, or few more)."""
-    spec = {v.level: v.spec for v in run.server_views if v.spec is not None}
-    per_chunk = {s.level: s.tokens.mean_tokens_per_chunk for s in run.summaries}
-    per_request = {s.level: s.tokens.request_acceptance_rate for s in run.summaries}
-    if not spec and not any((n or 0.0) > SEVERAL_TOKENS_A_CHUNK for n in per_chunk.values()) \
-            and all(rate is None for rate in per_request.values()):
+    where the run shows no speculation (`speculates`)."""
+    if not speculates(run.summaries, run.server_views):
         return []
-    return [{"level": s.level, "tokens_per_chunk": per_chunk[s.level],
+    spec = {v.level: v.spec for v in run.server_views if v.spec is not None}
+    return [{"level": s.level, "tokens_per_chunk": s.tokens.mean_tokens_per_chunk,
              "acceptance_rate": found.acceptance_rate if (found := spec.get(s.level)) else None,
              "mean_acceptance_length": found.mean_acceptance_length if found else None,
-             "by_position": " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else "",
-             "request_acceptance_rate": per_request[s.level]}
+             "by_position": found.positions_text() if found else "",
+             "request_acceptance_rate": s.tokens.request_acceptance_rate}
             for s in run.summaries]
 
 

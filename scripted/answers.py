@@ -70,9 +70,13 @@ class StreamPlan:
     def tokens_sent_after(self, index: int) -> int:
         return min(self.num_tokens, (index + 1) * self.script.tokens_per_chunk)
 
+    def tokens_in(self, index: int) -> int:
+        """Tokens chunk `index` carries (the last may carry fewer)."""
+        return self.tokens_sent_after(index) - index * self.script.tokens_per_chunk
+
     def event(self, index: int) -> bytes:
         sent = self.tokens_sent_after(index)
-        count = sent - index * self.script.tokens_per_chunk
+        count = self.tokens_in(index)
         is_reasoning = sent <= self.reasoning_tokens  # a chunk is reasoning when all its tokens are
         usage_prompt = self.prompt_tokens if self.continuous_usage else None
         if index == 0 and self.first_text is not None:
@@ -86,8 +90,8 @@ class StreamPlan:
         last = _event("", self.is_chat, finish_reason="length")
         tail: dict[str, Any] = {"id": "scripted", "choices": [], "usage": usage}
         if self.script.spec_tokens:  # llama.cpp's per-request figures: a chunk is a draft, its tokens past one kept
-            spec, per_chunk = self.script.spec_tokens, self.script.tokens_per_chunk
-            accepted = sum(min(self.tokens_sent_after(i) - i * per_chunk - 1, spec) for i in range(self.num_chunks))
+            spec = self.script.spec_tokens
+            accepted = sum(min(self.tokens_in(i) - 1, spec) for i in range(self.num_chunks))
             tail["timings"] = {"draft_n": self.num_chunks * spec, "draft_n_accepted": accepted}
         usage_only = b"data: " + orjson.dumps(tail) + b"\n\n"
         return last + usage_only + b"data: [DONE]\n\n"

@@ -159,8 +159,7 @@ class ScriptedProtocol:
 
     def note_spec(self, plan: StreamPlan, index: int) -> None:
         if plan.script.spec_tokens > 0:
-            tokens = plan.tokens_sent_after(index) - (plan.tokens_sent_after(index - 1) if index else 0)
-            self.state.spec.record(tokens, plan.script.spec_tokens)
+            self.state.spec.record(plan.tokens_in(index), plan.script.spec_tokens)
 
     def write_chunk(self, payload: bytes) -> None:
         assert self.transport is not None

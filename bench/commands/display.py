@@ -23,7 +23,6 @@ from bench.commands.tables import (
     replica_view_table,
     server_view_table,
     sessions_table,
-    shows_speculation,
     spec_decode_table,
     summary_table,
     ui_overhead_table,
@@ -32,7 +31,7 @@ from common.private import describe_access
 from loadgen.arrivals import Level, parse_label
 from loadgen.repeats import aggregate
 from loadgen.runner import LevelBounds
-from loadgen.types import LevelSummary, RequestRecord
+from loadgen.types import LevelSummary, RequestRecord, speculates
 
 if TYPE_CHECKING:
     from bench.flows.measure import Describe, Job, Outcome
@@ -178,7 +177,7 @@ def _show_run_views(run_dir: Path, run: Run, where: bool) -> None:
         warn(f"{ui.name}'s page was not checked in a browser: {ui.page.why_not}")
     if run.server_views:
         stdout.print(server_view_table(list(run.server_views), title=f"the server's own metrics: {name}"))
-    if shows_speculation(list(run.summaries), list(run.server_views)):
+    if speculates(run.summaries, run.server_views):
         stdout.print(spec_decode_table(list(run.summaries), list(run.server_views),
                                        title=f"speculative decoding: {name}"))
     if any(parse_label(s.level).adapters is not None for s in run.summaries):

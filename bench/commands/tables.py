@@ -20,7 +20,7 @@ from engines.availability import Availability
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
 from loadgen.quality.results import Scores
-from loadgen.types import SEVERAL_TOKENS_A_CHUNK, Distribution, Interval, LevelSummary, RepeatedLevel, ServerView
+from loadgen.types import Distribution, Interval, LevelSummary, RepeatedLevel, ServerView
 from reports.ui_overhead import UiLevel
 
 if TYPE_CHECKING:
@@ -321,19 +321,12 @@ def spec_decode_table(summaries: list[LevelSummary], views: list[ServerView], ti
     spec = {v.level: v.spec for v in views}
     for summary in summaries:
         found = spec.get(summary.level)
-        positions = " ".join(f"{rate:.0%}" for rate in found.acceptance_by_position[:8]) if found else ""
+        positions = found.positions_text() if found else ""
         table.add_row(summary.level, _fmt(summary.tokens.mean_tokens_per_chunk, 2),
                       share(found.acceptance_rate) if found else "-",
                       _fmt(found.mean_acceptance_length, 2) if found else "-", positions or "-",
                       share(summary.tokens.request_acceptance_rate))
     return table
-
-
-def shows_speculation(summaries: list[LevelSummary], views: list[ServerView]) -> bool:
-    """A server that said it speculates, or chunks that carried several tokens."""
-    return any(v.spec is not None for v in views) or any(
-        (s.tokens.mean_tokens_per_chunk or 0.0) > SEVERAL_TOKENS_A_CHUNK or s.tokens.request_acceptance_rate is not None
-        for s in summaries)
 
 
 def comparison_table(runs: list[tuple[Path, str, list[LevelSummary]]]) -> Table:

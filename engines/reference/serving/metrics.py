@@ -143,6 +143,7 @@ class _SpecDecodeMetrics:
                                      "Draft tokens accepted, by their position in the draft.", [*labels, "position"],
                                      registry=registry)
         self._model_name = model_name
+        self._positions: list[Counter] = []
         self._previous = SpecDecodeCounters()
 
     def record(self, now: SpecDecodeCounters) -> None:
@@ -152,11 +153,12 @@ class _SpecDecodeMetrics:
                                (self._accepted, now.num_accepted_tokens - before.num_accepted_tokens)):
             if delta > 0:
                 counter.inc(delta)
-        for position, count in enumerate(now.accepted_per_position):
-            earlier = before.accepted_per_position[position] if position < len(before.accepted_per_position) else 0
-            series = self._per_position.labels(self._model_name, str(position))  # each position, once drafted
-            if count > earlier:
-                series.inc(count - earlier)
+        while len(self._positions) < len(now.accepted_per_position):  # each position published once drafted
+            self._positions.append(self._per_position.labels(self._model_name, str(len(self._positions))))
+        for position, (series, count) in enumerate(zip(self._positions, now.accepted_per_position, strict=False)):
+            was = before.accepted_per_position[position] if position < len(before.accepted_per_position) else 0
+            if count > was:
+                series.inc(count - was)
         self._previous = now
 
 

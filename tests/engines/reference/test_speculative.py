@@ -183,13 +183,19 @@ def test_stops_inside_accepted_drafts_end_the_answer_where_plain_decoding_does(t
 
 
 def test_sampled_requests_get_no_drafts_and_share_the_batch(tiny: LoadedModel) -> None:
-    phrase = [21, 22, 23, 24]
-    seeded = SamplingParams(temperature=0.8, seed=7, max_tokens=16, ignore_eos=True)
-    requests = {"greedy": (phrase * 6, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)),
-                "sampled": (phrase * 6, seeded)}
+    """A sampled request beside a greedy one: both answer as without speculation; alone, the greedy one is drafted
+    for and the sampled one never."""
+    phrase = [11, 12, 13, 14, 15, 16]
+    seeded = SamplingParams(temperature=0.8, seed=7, max_tokens=120, ignore_eos=True)
+    greedy = SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)
+    requests = {"greedy": (phrase * 5, greedy), "sampled": (phrase * 5, seeded)}
     engine = make_engine(tiny, speculative=NGRAM)
     assert run(engine, requests) == run(make_engine(tiny), requests)
-    assert _spec_counters(engine).num_drafts <= 15  # the greedy request's steps alone
+    assert _spec_counters(engine).num_drafts > 0
+    for name, expected_drafted in (("greedy", True), ("sampled", False)):
+        alone = make_engine(tiny, speculative=NGRAM)
+        run(alone, {name: requests[name]})
+        assert (_spec_counters(alone).num_drafts > 0) is expected_drafted, name
 
 
 def test_speculation_off_publishes_no_counters(tiny: LoadedModel) -> None:
