@@ -40,7 +40,7 @@ from costmodel.types import (
     ProviderCost,
     ResolvedPricing,
 )
-from costmodel.verdict import below_accuracy, verdict, with_owned
+from costmodel.verdict import below_floors, verdict, with_owned
 
 GIVEN = "given"  # the label of a throughput typed on the command line rather than measured
 
@@ -104,9 +104,9 @@ def decide(engines: Sequence[EngineLevels], slo: LatencyLimits, traffic: Traffic
     """
     catalog = catalog.as_of(today)
     resolved = resolve(traffic, pricing, catalog)
-    results = tuple(replace(evaluate(engine, slo, pricing.slo_attainment_target, resolved), accuracy=engine.accuracy)
-                    for engine in engines)
-    best = _best([r for r in results if not below_accuracy(r, requirements.min_accuracy)])
+    results = tuple(replace(evaluate(engine, slo, pricing.slo_attainment_target, resolved), accuracy=engine.accuracy,
+                            validity=engine.validity) for engine in engines)
+    best = _best([r for r in results if not below_floors(r, requirements)])
     priced = best or _best(results)  # none accurate enough: the provider is still priced against the cheapest
     compared = _compared_to(priced) if priced else None
     rows = sensitivity(best, compared, resolved, catalog) if best and compared else None

@@ -155,6 +155,9 @@ class Requirements(BaseModel):
     # The least accuracy on the team's eval (`bench quality`): an option whose 95 % interval lies below it can't
     # win the verdict; one whose interval holds it wins with a warning (COSTMODEL.md, "Quality").
     min_accuracy: float | None = Field(default=None, gt=0, le=1)
+    # The least share of valid shaped answers (JSON, a schema, tool calls: a workload's `structured`): an option whose
+    # 95 % interval lies below it can't win, as with accuracy.
+    min_validity: float | None = Field(default=None, gt=0, le=1)
 
     def reasons(self) -> list[str]:
         said = [text for flag, text in (

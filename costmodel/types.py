@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal, get_args
 
-from common.accuracy import Accuracy
+from common.accuracy import Accuracy, Validity
 from costmodel.inputs import DAYS_PER_MONTH, DEFAULT_PEAK_TO_AVERAGE, HOURS_PER_MONTH, Requirements
 from costmodel.prices import GpuPrice, ProviderPrice, StalePrice
 
@@ -295,6 +295,7 @@ class EngineLevels:
     precision: str | None = None  # the weights' stated dtype or quantization (bf16, fp8, q4_1); None: not stated
     # What it ran on; None where the run can't tell (an endpoint already running) or nothing was run (`bench cost`).
     measured_on: MeasuredOn | None = None
+    validity: Validity | None = None  # its shaped answers, pooled over its levels; None: none judged
 
 
 @dataclass(frozen=True)
@@ -354,6 +355,7 @@ class CostResult:
     fleet_range: tuple[FleetPlan, FleetPlan] | None = None
     usd_per_request_range: tuple[float, float] | None = None
     accuracy: Accuracy | None = None  # its answers on the team's eval, where graded
+    validity: Validity | None = None  # its shaped answers (JSON, a schema, tool calls), where judged
 
     @property
     def usd_per_correct_answer(self) -> float | None:

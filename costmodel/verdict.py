@@ -27,9 +27,9 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
             attainment_target: float) -> Verdict:
     lines: list[str] = []
     floor = requirements.min_accuracy
-    rejected = [r for r in results if below_accuracy(r, floor)]
+    rejected = [r for r in results if below_floors(r, requirements)]
     if best is None and rejected and any(r.operating_point is not None for r in rejected):
-        return _not_accurate(rejected, floor, requirements, compared)
+        return _not_good_enough(rejected, requirements, compared)
     if best is None:
         lines.append(f"No measured level met the SLO ({slo.describe(attainment_target)}).")
         lines += [f"{r.engine}: {r.no_operating_point_reason}" for r in results]
@@ -38,7 +38,9 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
             return _required(requirements, lines, None, None, None)
         return Verdict("undecided", "Can't size self-hosting: no measured load met the latency targets.", tuple(lines))
     lines.append(_operating_line(best, resolved, slo, attainment_target))
-    lines += accuracy_lines(best, rejected, floor)
+    lines += accuracy_lines(best, [r for r in rejected if below_accuracy(r, floor)], floor)
+    lines += validity_lines(best, [r for r in rejected if below_validity(r, requirements.min_validity)],
+                            requirements.min_validity)
     fleet, volume = best.fleet, resolved.monthly_tokens
     self_usd = fleet.monthly_usd if fleet else None
     api_usd = compared.monthly_usd if compared else None
@@ -62,6 +64,35 @@ def verdict(results: Sequence[CostResult], best: CostResult | None, compared: Pr
     if fleet is None or api_usd is None or self_usd is None:
         return _without_volume(compared, cross_tokens, lines)
     return _cheaper_side(self_usd, api_usd, cross_tokens, compared, volume, lines)
+
+
+def below_floors(result: CostResult, requirements: Requirements) -> bool:
+    """An option that can't win: its accuracy or its validity lies wholly below the floor required of it."""
+    return below_accuracy(result, requirements.min_accuracy) or below_validity(result, requirements.min_validity)
+
+
+def below_validity(result: CostResult, floor: float | None) -> bool:
+    """Its shaped answers' validity interval lies wholly below the floor."""
+    return floor is not None and result.validity is not None and result.validity.high < floor
+
+
+def validity_lines(best: CostResult, rejected: Sequence[CostResult], floor: float | None) -> list[str]:
+    """What the judged shapes say: the options below the floor, the winner's validity, and a warning when the floor
+    lies inside its interval or was never checked."""
+    required = f" the required {floor:.0%}" if floor is not None else ""
+    lines = [f"{r.engine} can't win: its answers are {r.validity.describe()}, below{required}." for r in rejected
+             if r.validity is not None]
+    said = best.validity
+    if said is not None:
+        lines.append(f"{best.engine}'s shaped answers: {said.describe()}"
+                     + (f"; invalid: {said.faults_text()}." if said.faults else "."))
+        if floor is not None and said.low < floor <= said.high:
+            lines.append(f"Warning: {best.engine}'s validity interval holds{required}: it may fall short of it; "
+                         "measure more requests to tell.")
+    elif floor is not None:
+        lines.append(f"Warning: {best.engine}'s answers were not judged for their shape, so{required} validity is "
+                     "not checked (give the workload `structured`, e.g. `--scenario structured`).")
+    return lines
 
 
 def below_accuracy(result: CostResult, floor: float | None) -> bool:
@@ -90,22 +121,37 @@ def accuracy_lines(best: CostResult, rejected: Sequence[CostResult], floor: floa
     return lines
 
 
-def _not_accurate(rejected: Sequence[CostResult], floor: float | None, requirements: Requirements,
-                  compared: ProviderCost | None) -> Verdict:
-    """Every self-hosted option that met the SLO answers below the accuracy floor."""
-    lines = [f"{r.engine}: accuracy {r.accuracy.describe()}." for r in rejected if r.accuracy is not None]
-    lines.append("The providers' accuracy on this eval is not known from these runs: measure the one you would "
-                 "pay with `bench quality --engine endpoint` before relying on it.")
-    required = f"{floor:.0%}" if floor is not None else "the required accuracy"
+def _not_good_enough(rejected: Sequence[CostResult], requirements: Requirements,
+                     compared: ProviderCost | None) -> Verdict:
+    """Every self-hosted option that met the SLO answers below the accuracy or the validity floor."""
+    lines = [f"{r.engine}: accuracy {r.accuracy.describe()}." for r in rejected
+             if r.accuracy is not None and below_accuracy(r, requirements.min_accuracy)]
+    lines += [f"{r.engine}: shaped answers {r.validity.describe()}." for r in rejected
+              if r.validity is not None and below_validity(r, requirements.min_validity)]
+    if any(below_accuracy(r, requirements.min_accuracy) for r in rejected):
+        lines.append("The providers' accuracy on this eval is not known from these runs: measure the one you would "
+                     "pay with `bench quality --engine endpoint` before relying on it.")
+    if any(below_validity(r, requirements.min_validity) for r in rejected):
+        lines.append("The providers' shaped answers are not judged by these runs: sweep the one you would pay "
+                     "(`--engine endpoint`) with the same workload before relying on it.")
+    wanted = _floors_missed(rejected, requirements)
     if requirements.is_self_hosting_required():
         reasons = "; ".join(requirements.reasons())
         return Verdict("self-host-required", f"Self-host: required because {reasons}, but no measured option "
-                       f"reaches the required accuracy of {required}: find a better model or configuration.",
-                       tuple(lines))
+                       f"reaches {wanted}: find a better model or configuration.", tuple(lines))
     where = f" at {compared.id}" if compared else ""
-    return Verdict("pay-per-token", f"Pay per token{where}: no self-hosted option reaches the required accuracy "
-                   f"of {required} on the eval.", tuple(lines),
+    return Verdict("pay-per-token", f"Pay per token{where}: no self-hosted option reaches {wanted}.", tuple(lines),
                    provider_usd_per_month=compared.monthly_usd if compared else None)
+
+
+def _floors_missed(rejected: Sequence[CostResult], requirements: Requirements) -> str:
+    """`the required accuracy of 80% on the eval`, `the required validity of 95%`, or both."""
+    missed = []
+    if any(below_accuracy(r, requirements.min_accuracy) for r in rejected):
+        missed.append(f"the required accuracy of {requirements.min_accuracy:.0%} on the eval")
+    if any(below_validity(r, requirements.min_validity) for r in rejected):
+        missed.append(f"the required validity of {requirements.min_validity:.0%} for its shaped answers")
+    return " or ".join(missed)
 
 
 def _without_volume(compared: ProviderCost, cross_tokens: float | None, lines: list[str]) -> Verdict:

@@ -22,6 +22,7 @@ from yarl import URL
 
 from loadgen.http1 import ConnectionLost, ConnectionPool, InvalidResponse, request_head
 from loadgen.sse import SSEParser
+from loadgen.structured import ToolCallParts
 from loadgen.token_counts import assign_chunk_tokens
 from loadgen.types import RequestRecord, RequestSpec
 
@@ -85,10 +86,12 @@ def build_body(spec: RequestSpec, options: ClientOptions) -> bytes:
         body["temperature"] = options.temperature
     if options.logprobs:
         body.update({"logprobs": True, "top_logprobs": 1} if spec.api == "chat" else {"logprobs": 1})
+    if spec.structure is not None:
+        body.update(spec.structure.body_fields())
     body["stream_options"] = {"include_usage": True}
     if not options.strict_openai:
         body["stream_options"]["continuous_usage_stats"] = True
-        if options.ignore_eos:
+        if options.ignore_eos and spec.structure is None:  # a shaped answer ends when its shape is complete
             body["ignore_eos"] = True
             body["min_tokens"] = spec.max_tokens
     return orjson.dumps(body)
@@ -293,6 +296,7 @@ class _StreamState:
         self.error_body = b""
         self.send_perf_s = 0.0  # the request's send time on perf_counter, which stamps the reads
         self.text_parts: list[str] | None = [] if keep_text else None
+        self.tool_calls: ToolCallParts | None = ToolCallParts() if keep_text else None
         self.done = False
         self.saw_finish_reason = False
         self.chunk_chars: list[int] = []
@@ -369,13 +373,16 @@ class _StreamState:
             return
         choice = choices[0]
         text = ""
-        is_reasoning = False
+        is_reasoning = is_tool_call = False
         delta = choice.get("delta")
         if delta:
             text = delta.get("content")
             if not text:
                 text = delta.get("reasoning_content") or delta.get("reasoning")
                 is_reasoning = bool(text)
+            if not text and delta.get("tool_calls"):  # a call's name and arguments are generated tokens too
+                text = self._tool_call_text(delta["tool_calls"])
+                is_tool_call = True
         text = text or choice.get("text")
         if choice.get("finish_reason"):
             self.saw_finish_reason = True
@@ -391,7 +398,7 @@ class _StreamState:
             record.first_visible_s = arrived_s
         record.chunk_times_s.append(arrived_s)
         self.chunk_chars.append(len(text))
-        if self.text_parts is not None:
+        if self.text_parts is not None and not is_tool_call:
             self.text_parts.append(text)
         if self.wants_first_token and choice.get("logprobs"):
             record.first_token_sha256 = first_token_sha256(choice["logprobs"])
@@ -399,6 +406,11 @@ class _StreamState:
         current = self.server_output_tokens or 0
         self.usage_deltas.append(current - self.last_usage_tokens)
         self.last_usage_tokens = current
+
+    def _tool_call_text(self, delta_calls: Any) -> str:
+        if self.tool_calls is not None:
+            return self.tool_calls.add(delta_calls)
+        return ToolCallParts().add(delta_calls)
 
     def _take_usage(self) -> None:
         """The server's last usage report, as the record keeps it."""
@@ -431,6 +443,8 @@ class _StreamState:
         record.reasoning_tokens = self._reasoning_tokens()
         if self.text_parts is not None:
             record.output_text = "".join(self.text_parts)
+        if self.tool_calls is not None and (calls := self.tool_calls.calls()):
+            record.output_tool_calls = [{"name": call.name, "arguments": call.arguments} for call in calls]
         record.ok = True
 
     def _reasoning_tokens(self) -> int | None:

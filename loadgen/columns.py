@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.types import RequestRecord
+from loadgen.types import STRUCTURE_FAULTS, RequestRecord
 
 NONE = -1  # a count the record does not have
 NAN = float("nan")  # a time the record does not have
 TIMES = ("send_s", "end_s", "scheduled_s", "dispatch_s", "first_visible_s", "first_send_s", "connect_ms")
 COUNTS = ("user", "worker", "turn", "prompt_tokens", "output_tokens", "cached_tokens", "server_output_tokens",
           "max_tokens", "reasoning_tokens", "attempts", "throttled_attempts", "step", "session_requests",
-          "implied_cached_tokens", "correct", "draft_tokens", "accepted_draft_tokens")
+          "implied_cached_tokens", "correct", "draft_tokens", "accepted_draft_tokens", "structure_valid")
 DEFAULTS = {"output_tokens": 0, "attempts": 1, "throttled_attempts": 0}  # RequestRecord's, for a row without them
 
 
@@ -53,6 +53,7 @@ class LevelColumns:
     # request asked for one
     adapter: np.ndarray | None = None
     adapter_names: tuple[str, ...] = ()
+    structure_faults: dict[str, int] | None = None  # shaped answers judged invalid, by fault
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -79,6 +80,7 @@ class ColumnsBuilder:
         self.session_index: dict[str, int] = {}
         self.adapter = array("q")
         self.adapter_index: dict[str, int] = {}
+        self.structure_faults: Counter[str] = Counter()
 
     def add(self, get: Callable[[str, Any], Any]) -> None:
         """One request, its fields read with `get(name, default)` (a row's `.get`, or a record's getattr).
@@ -107,6 +109,9 @@ class ColumnsBuilder:
         else:
             self.session.append(self.session_index.setdefault(session_id, len(self.session_index)))
             self.is_subagent.append(get("agent", "main") != "main")
+        fault = get("structure_fault", None)
+        if fault is not None:  # a file's word, counted only when it is one of ours
+            self.structure_faults[fault if fault in STRUCTURE_FAULTS else "other"] += 1
         adapter = get("adapter", None)
         index = NONE if adapter is None else self.adapter_index.setdefault(adapter, len(self.adapter_index))
         self.adapter.append(index)
@@ -121,7 +126,8 @@ class ColumnsBuilder:
             dict(self.failures), dict(self.sources),
             np.frombuffer(self.session, dtype=np.int64) if self.session_index else None, tuple(self.session_index),
             np.frombuffer(self.is_subagent, dtype=np.int8).astype(bool) if self.session_index else None,
-            np.frombuffer(self.adapter, dtype=np.int64) if self.adapter_index else None, tuple(self.adapter_index))
+            np.frombuffer(self.adapter, dtype=np.int64) if self.adapter_index else None, tuple(self.adapter_index),
+            dict(self.structure_faults))
 
 
 def columns_of(records: Iterable[RequestRecord]) -> LevelColumns | None:

@@ -36,7 +36,7 @@ import numpy as np
 from loadgen.arrivals import parse_label
 from loadgen.columns import NONE, LevelColumns, columns_of
 from loadgen.network import ConnectProbe
-from loadgen.quality.figures import accuracy
+from loadgen.quality.figures import accuracy, validity
 from loadgen.sessions.figures import session_figures
 from loadgen.types import (
     SLO,
@@ -106,6 +106,10 @@ def summarize_columns(
     graded = c.counts["correct"] != NONE
     if graded.any():
         summary = replace(summary, quality=accuracy(int((c.counts["correct"] == 1).sum()), int(graded.sum())))
+    judged = c.counts["structure_valid"] != NONE
+    if judged.any():
+        summary = replace(summary, validity=validity(int((c.counts["structure_valid"] == 1).sum()), int(judged.sum()),
+                                                     c.structure_faults))
     if c.session is not None or c.adapter is not None:
         ended = np.where(np.isnan(t["end_s"]), t["send_s"], t["end_s"])
         start, end, _ = _steady_window(c, kind, ended)

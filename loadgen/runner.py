@@ -27,6 +27,8 @@ from loadgen.client import ClientOptions, Session, open_session, send_request
 from loadgen.network import ConnectProbe, probe_connect
 from loadgen.quality.graders import judge
 from loadgen.recorder import JsonlWriter
+from loadgen.structured import Structure, ToolCall
+from loadgen.structured import judge as judge_structure
 from loadgen.types import ClientCheck, MachineLoad, RequestRecord, RequestSpec, WorkerRun
 
 WARMUP_MAX_TOKENS = 8
@@ -241,14 +243,16 @@ class LevelContext:
         )
 
     def reads_answer(self, spec: RequestSpec) -> bool:
-        """Whether the answer's text is read: kept, fingerprinted, graded, or the next turn's history."""
-        return self.keep_text or self.read_answers or spec.turn is not None or spec.grading is not None
+        """Whether the answer's text is read: kept, fingerprinted, graded, judged for its shape, or the next turn's
+        history."""
+        return (self.keep_text or self.read_answers or spec.turn is not None or spec.grading is not None
+                or spec.structure is not None)
 
     def keep(self, record: RequestRecord) -> None:
         if record.ok and record.output_text is not None:
             record.answer_sha256 = answer_sha256(record.output_text)
         if not self.keep_text:
-            record.output_text = None  # read for a conversation's next turn, never written
+            record.output_text = record.output_tool_calls = None  # read to judge or go on, never written
         self.writer.write(record)
         self.num_written += 1
         if self.on_record is not None:
@@ -422,13 +426,24 @@ def answer_sha256(text: str) -> str:
 
 def graded(spec: RequestSpec, record: RequestRecord) -> RequestRecord:
     """A graded line's answer judged as it ends (a failed request is not graded: it has no answer; one the grader
-    could not judge, a dataset's regex out of time, is not graded either, and its record says why)."""
+    could not judge, a dataset's regex out of time, is not graded either, and its record says why), and a shaped
+    answer's shape (`loadgen.structured`)."""
+    if spec.structure is not None and record.ok:
+        _judge_shape(spec.structure, record)
     if spec.grading is not None and record.ok:
         verdict = judge(spec.grading.grader, spec.grading.accepted, record.output_text or "")
         record.correct = verdict.correct
         if verdict.note:
             record.error_message = verdict.note
     return record
+
+
+def _judge_shape(structure: Structure, record: RequestRecord) -> None:
+    calls = [ToolCall(call["name"], call["arguments"]) for call in record.output_tool_calls or ()]
+    shape = judge_structure(structure, record.output_text or "", calls, record.finish_reason)
+    record.structure_valid, record.answer_parsed, record.schema_valid = shape.valid, shape.parsed, shape.schema_valid
+    record.tool_call_valid, record.num_tool_calls = shape.tool_valid, shape.num_tool_calls
+    record.structure_fault, record.structure_note = shape.fault, shape.note
 
 
 async def _sleep(delay_s: float) -> None:

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.accuracy import Accuracy
+from common.accuracy import Accuracy, Validity
 
 Api = Literal["chat", "completions"]
+# Why a shaped answer was not valid (loadgen.structured), one word each: a level counts them.
+StructureFault = Literal["not_json", "not_object", "schema", "no_tool_call", "unknown_tool", "tool_arguments", "cut"]
+STRUCTURE_FAULTS: tuple[str, ...] = get_args(StructureFault)
+ToolChoice = str  # auto, required, or the name of one tool offered
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,39 @@ class SessionPlace:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """What a request asks the answer's shape to be (judged by `loadgen.structured`). `response_format` and `tools`
+    as sent; `label` names them in tables and run.json (file names, never their content)."""
+
+    label: str
+    response_format: dict[str, Any] | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: ToolChoice = "auto"
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        if self.response_format is None or self.response_format["type"] != "json_schema":
+            return None
+        return self.response_format["json_schema"]["schema"]
+
+    @property
+    def tool_parameters(self) -> dict[str, dict[str, Any]]:
+        return {tool["function"]["name"]: tool["function"].get("parameters") or {} for tool in self.tools}
+
+    def body_fields(self) -> dict[str, Any]:
+        """The request's fields, OpenAI's shapes."""
+        fields: dict[str, Any] = {}
+        if self.response_format is not None:
+            fields["response_format"] = self.response_format
+        if self.tools:
+            fields["tools"] = list(self.tools)
+            choice = self.tool_choice
+            fields["tool_choice"] = choice if choice in ("auto", "required") else \
+                {"type": "function", "function": {"name": choice}}
+        return fields
+
+
+@dataclass(frozen=True)
 class RequestSpec:
     """One request to send: a prompt (or chat messages) and the output length to ask for."""
 
@@ -62,6 +99,7 @@ class RequestSpec:
     session: SessionPlace | None = None  # an agent session's call: which session, agent and step
     grading: Grading | None = None  # a graded dataset line: how its answer is judged
     adapter: str | None = None  # the LoRA adapter asked for as its model; None: the endpoint's model
+    structure: Structure | None = None  # the answer's shape asked for (JSON, a schema, tool calls), then judged
 
     def messages(self) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -129,9 +167,18 @@ class RequestRecord:
     # speculative decoding, where the server says per request (llama.cpp's timings.draft_n, draft_n_accepted)
     draft_tokens: int | None = None
     accepted_draft_tokens: int | None = None
+    # a shaped answer (loadgen.structured), judged as it ended: valid or not, and why not (never quoting it)
+    structure_valid: bool | None = None
+    answer_parsed: bool | None = None
+    schema_valid: bool | None = None
+    tool_call_valid: bool | None = None
+    num_tool_calls: int | None = None
+    structure_fault: str | None = None
+    structure_note: str | None = None
     # The text itself only with `keep_text` (off by default: a team's prompts must not leave in a run directory).
     prompt_text: str | None = None
     output_text: str | None = None
+    output_tool_calls: list[dict[str, str]] | None = None  # the tool calls' names and arguments, likewise
 
     @property
     def ttft_s(self) -> float | None:
@@ -490,6 +537,7 @@ class LevelSummary:
     repeat: int = 1
     sessions: SessionFigures | None = None  # a level of agent sessions
     quality: Accuracy | None = None  # a level of graded lines: how many answers were right
+    validity: Validity | None = None  # a level of shaped answers (JSON, a schema, tool calls): how many were valid
     adapters: tuple[AdapterFigures, ...] | None = None  # a level across LoRA adapters: each one's part
 
     def to_json(self) -> dict[str, Any]:
@@ -509,6 +557,8 @@ class LevelSummary:
             row["sessions"] = asdict(self.sessions)
         if self.quality is not None:
             row["quality"] = asdict(self.quality)
+        if self.validity is not None:
+            row["validity"] = asdict(self.validity)
         if self.adapters is not None:
             row["adapters"] = [asdict(figures) for figures in self.adapters]
         return row
@@ -523,6 +573,9 @@ class LevelSummary:
                 row.update(_session_columns(value))
             elif key == "quality":
                 row.update({f"quality_{name}": figure for name, figure in value.items()})
+            elif key == "validity":
+                row.update({f"validity_{name}": figure for name, figure in value.items() if name != "faults"})
+                row["validity_faults"] = ";".join(f"{k}:{v}" for k, v in sorted(value["faults"].items()))
             elif key == "adapters":  # one cell: each adapter's requests and output tokens/s
                 row["adapters"] = "; ".join(f"{a['adapter']}:{a['num_requests']}:{a['output_tokens_per_s']:.2f}"
                                             for a in value)

@@ -224,6 +224,33 @@ class AdapterSettings(BaseModel):
         return self
 
 
+class StructuredSettings(BaseModel):
+    """Answers asked in a shape, and judged (`loadgen.structured`): `response_format` json_object (any JSON object)
+    or json_schema (the JSON Schema in the file `json_schema`, sent with `strict`); `tools`, a JSON file of OpenAI
+    tool definitions, offered with `tool_choice` auto, required or one tool's name. Relative paths are from the
+    scenario file's directory. A shaped answer ends when its shape is complete, so `ignore_eos` is not sent with
+    it: max_tokens must leave room for the whole answer (one cut short is counted invalid, as cut)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    response_format: Literal["json_object", "json_schema"] | None = None
+    json_schema: str | None = None
+    strict: bool = True
+    tools: str | None = None
+    tool_choice: str = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> StructuredSettings:
+        if self.response_format is None and self.tools is None:
+            raise ValueError("structured: give response_format (json_object or json_schema) and/or tools (a file)")
+        if (self.response_format == "json_schema") != (self.json_schema is not None):
+            raise ValueError("structured: response_format json_schema goes with json_schema (a schema file), and "
+                             "json_schema with response_format json_schema")
+        if self.tools is None and self.tool_choice != "auto":
+            raise ValueError("structured: tool_choice needs tools (a file of tool definitions)")
+        return self
+
+
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -241,6 +268,7 @@ class Workload(BaseModel):
     fingerprint_answers: bool = False  # hash every answer (runs compared answer by answer, the text not kept)
     logprobs: bool = False  # ask for logprobs: the first token's fingerprint kept (not every server returns them)
     adapters: AdapterSettings | None = None  # traffic across LoRA adapters
+    structured: StructuredSettings | None = None  # answers asked in a shape (JSON, a schema, tool calls), judged
 
     @model_validator(mode="after")
     def _multi_turn_is_chat(self) -> Workload:
@@ -253,6 +281,9 @@ class Workload(BaseModel):
             raise ValueError("workload.agent draws its own sessions: drop dataset / multi_turn / shared_prefix")
         if self.is_sessions and self.api != "chat":
             raise ValueError("agent sessions need api: chat")
+        if self.is_sessions and self.structured is not None:
+            raise ValueError("structured: agent sessions are sent as recorded (drop structured, or measure shaped "
+                             "answers with single requests)")
         if self.is_sessions and self.adapters is not None:
             raise ValueError("adapters: agent sessions ask the base model only, for now (drop adapters, or measure "
                              "the adapters with single requests)")

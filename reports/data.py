@@ -76,6 +76,7 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
         "compared_to": decision.compared_to.id if decision.compared_to else None,
         "engines": engines,
         "min_accuracy": decision.requirements.min_accuracy,
+        "min_validity": decision.requirements.min_validity,
         "sensitivity": _sensitivity(decision),
         "owned": _owned(decision),
         "monthly_cost_curve": inp.cost_curve,
@@ -294,6 +295,7 @@ def _engine(result: CostResult, run: ReportRun, compared: ProviderCost | None, i
             "usd_per_request_range": result.usd_per_request_range, "providers": result.providers,
             "warnings": result.warnings, "levels": levels,
             "accuracy": result.accuracy, "usd_per_correct_answer": result.usd_per_correct_answer,
+            "validity": result.validity,
             "billed": _billed_per_correct_answer(result, run),
             "repeats": [_repeated(r) for r in run.repeated], "capacity": run.capacity,
             "server_view": [asdict(view) for view in run.server_views], "speculation": _speculation(run),
@@ -369,7 +371,7 @@ def _level(s: LevelSummary, cost: LevelCost | None, price: ProviderCost | None) 
            "slo_attainment": carried.slo_attainment, "ttft_ms": latency.ttft_ms, "itl_ms": latency.itl_ms,
            "tpot_ms": latency.tpot_ms, "e2e_ms": latency.e2e_ms, "is_valid": s.is_valid,
            "invalid_reasons": s.invalid_reasons,
-           "quality": s.quality,
+           "quality": s.quality, "validity": s.validity,
            "used_for_cost": cost is not None, "cost": cost, "meets_slo": cost.meets_slo if cost else None,
            "break_even_utilization": None}
     if cost is not None and price is not None and cost.usd_per_request is not None and price.usd_per_request > 0:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from scripted.script import Fault, Script, SentTiming, quiz_answer
+from scripted.shapes import ShapedAnswer
 
 ERROR_EVENT = b'data: {"error": {"message": "scripted failure", "code": 500}}\n\n'
 RATE_LIMIT_EVENT = b'data: {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded", "code": 429}}\n\n'
@@ -38,6 +39,14 @@ class StreamPlan:
         self.last_sent = 0.0
         self.first_text: str | None = None  # a quiz's answer, sent as the first chunk's content
         self.logprobs = bool(body.get("logprobs"))  # a quiz's first token with its logprob, when asked
+        self.shaped: ShapedAnswer | None = None  # a shaped answer's pieces, a token each (`take_shape`)
+
+    def take_shape(self, shaped: ShapedAnswer) -> None:
+        """Stream `shaped` instead of words: as many tokens as it has pieces, cut at max_tokens as a server would."""
+        self.shaped = shaped
+        self.num_tokens = min(self.num_tokens, len(shaped.pieces))
+        self.num_chunks = -(-self.num_tokens // self.script.tokens_per_chunk)
+        self.reasoning_tokens = 0
 
     def note_sent(self, index: int, now: float, sent: SentTiming) -> None:
         if index == 0:
@@ -79,6 +88,9 @@ class StreamPlan:
         count = self.tokens_in(index)
         is_reasoning = sent <= self.reasoning_tokens  # a chunk is reasoning when all its tokens are
         usage_prompt = self.prompt_tokens if self.continuous_usage else None
+        if self.shaped is not None:
+            usage = _usage(usage_prompt, sent) if usage_prompt is not None else None
+            return _shaped_event(self.shaped, index * self.script.tokens_per_chunk, sent, self.is_chat, usage)
         if index == 0 and self.first_text is not None:
             usage = _usage(usage_prompt, sent) if usage_prompt is not None else None
             return _event(self.first_text + " x" * (count - 1), self.is_chat, usage=usage,
@@ -87,7 +99,7 @@ class StreamPlan:
 
     def tail(self) -> bytes:
         usage = _usage(self.prompt_tokens, self.num_tokens, self.reasoning_tokens, self.cached_tokens)
-        last = _event("", self.is_chat, finish_reason="length")
+        last = _event("", self.is_chat, finish_reason=self.finish_reason())
         tail: dict[str, Any] = {"id": "scripted", "choices": [], "usage": usage}
         if self.script.spec_tokens:  # llama.cpp's per-request figures: a chunk is a draft, its tokens past one kept
             spec = self.script.spec_tokens
@@ -95,6 +107,28 @@ class StreamPlan:
             tail["timings"] = {"draft_n": self.num_chunks * spec, "draft_n_accepted": accepted}
         usage_only = b"data: " + orjson.dumps(tail) + b"\n\n"
         return last + usage_only + b"data: [DONE]\n\n"
+
+
+    def finish_reason(self) -> str:
+        shaped = self.shaped
+        if shaped is None or self.num_tokens < len(shaped.pieces):
+            return "length"
+        return "tool_calls" if shaped.tool_name is not None and self.is_chat else "stop"
+
+
+def _shaped_event(shaped: ShapedAnswer, start: int, end: int, is_chat: bool, usage: dict | None) -> bytes:
+    """Pieces [start, end) of a shaped answer: content, or a tool call's arguments (its name in the first)."""
+    text = "".join(shaped.pieces[start:end])
+    if shaped.tool_name is None or not is_chat:
+        return _event(text, is_chat, usage=usage)
+    call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+    if start == 0:
+        call.update(id="call_0", type="function", function={"name": shaped.tool_name, "arguments": text})
+    payload: dict[str, Any] = {"id": "scripted", "object": "chat.completion.chunk", "model": "scripted",
+                               "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [call]}}]}
+    if usage is not None:
+        payload["usage"] = usage
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 @functools.lru_cache(maxsize=64)

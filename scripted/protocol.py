@@ -1,5 +1,5 @@
 """One HTTP/1.1 connection of a scripted server: requests parsed, the routes (`/health`, `/v1/models`, the
-completions, and the server's own `/_script`, `/_sent`, `/_prompts`, `/_models`), the faults a completion is
+completions, and the server's own `/_script`, `/_sent`, `/_prompts`, `/_models`, `/_shapes`), the faults a completion is
 answered with, and each stream's chunks written when due.
 """
 
@@ -17,6 +17,7 @@ import orjson
 from scripted.answers import ERROR_EVENT, RATE_LIMIT_EVENT, StreamPlan, instant_answer, prompt_words, whole_answer
 from scripted.connection import Connection
 from scripted.script import Fault, quiz_answer
+from scripted.shapes import asks_for_shape, shaped_answer
 from scripted.streams import ScriptState
 
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}
@@ -70,6 +71,8 @@ class ScriptedProtocol:
             self.respond_json(200, {"models": models})
         elif method == "GET" and path == "/metrics" and script.spec_tokens > 0:
             self.respond(200, self.state.spec.page(script.model), "text/plain; version=0.0.4")
+        elif method == "GET" and path == "/_shapes":
+            self.respond_json(200, self.state.shapes.report_and_clear())
         elif method == "GET" and path == "/_sent":
             self.respond_json(200, self.state.sent.report_and_clear())
         elif method == "GET" and path == "/_prompts":
@@ -126,8 +129,11 @@ class ScriptedProtocol:
         plan.cached_tokens = self.state.prefix_cache.cached_words(prompt_words(body))
         if script.right_share >= 0:
             plan.first_text = quiz_answer(body, script, self.state.streams_in_flight)
+        if asks_for_shape(body):
+            plan.take_shape(shaped_answer(body, self.state.shapes, script.valid_share))
         if script.ttft_ms == 0 and script.itl_ms == 0 and fault == "none" and not script.is_loaded \
-                and not plan.cached_tokens and plan.first_text is None and not script.spec_tokens:
+                and not plan.cached_tokens and plan.first_text is None and not script.spec_tokens \
+                and plan.shaped is None:
             self.transport.write(instant_answer(plan.num_tokens, plan.prompt_tokens, is_chat, script))
             return
         self.active = plan

@@ -40,6 +40,9 @@ class Script:
     # > 0: speculative decoding played with that many draft tokens a step: each chunk is one verified draft whose
     # tokens past the first were accepted, counted at GET /metrics under vLLM's names (SpecCounters)
     spec_tokens: int = 0
+    # A request that asks for a shape (response_format JSON, tools) is answered in it, validly for this share of
+    # them and broken in a known way for the rest (scripted/shapes.py)
+    valid_share: float = 1.0
 
     @property
     def is_loaded(self) -> bool:

@@ -20,6 +20,9 @@ past a token bucket of that many requests a second (`rate_limit_burst` deep), an
 reports as `cached_tokens` the prompt's leading blocks of words already seen in an earlier prompt.
 `spec_tokens` plays speculative decoding: each chunk is one draft of that many tokens, its tokens past the
 first accepted, counted at `GET /metrics` under vLLM's names (the only time it serves /metrics).
+A request that asks for a shape (`response_format` json_object or json_schema, `tools`) is answered in it:
+`valid_share` of them validly, the rest broken in a known way (scripted/shapes.py); `GET /_shapes` says how many
+were answered and how many validly, and clears that.
 
 Load can be scripted too, so a capacity under an SLO is known in closed form: `itl_per_stream_ms` adds
 that much to every gap for each other stream in flight (gap = itl_ms + itl_per_stream_ms * (streams - 1),
@@ -122,12 +125,15 @@ def main() -> None:
     parser.add_argument("--adapters", default="", help="NAME,NAME,...: LoRA adapters served beside --model")
     parser.add_argument("--spec-tokens", type=int, default=0,
                         help="play speculative decoding with this many draft tokens a step, counted at /metrics")
+    parser.add_argument("--valid-share", type=float, default=1.0,
+                        help="the share of shaped answers (JSON, a schema, tool calls) given validly")
     args = parser.parse_args()
     script = Script(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, model=args.model,
                     itl_per_stream_ms=args.itl_per_stream_ms, max_streams=args.max_streams,
                     reasoning_tokens=args.reasoning_tokens, rate_limit_per_s=args.rate_limit_per_s,
                     prefix_cache_block_words=args.prefix_cache_block_words,
-                    adapters=tuple(name for name in args.adapters.split(",") if name), spec_tokens=args.spec_tokens)
+                    adapters=tuple(name for name in args.adapters.split(",") if name), spec_tokens=args.spec_tokens,
+                    valid_share=args.valid_share)
     loop = asyncio.SelectorEventLoop(PreciseEpollSelector() if hasattr(select, "epoll") else selectors.SelectSelector())
     try:
         loop.run_until_complete(_main(args.host, args.port, script))

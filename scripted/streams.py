@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from scripted.answers import StreamPlan
 from scripted.provider_play import PrefixCache, TokenBucket
 from scripted.script import Script, SentTiming, SpecCounters
+from scripted.shapes import ShapeCounts
 
 
 class Sender(Protocol):
@@ -75,6 +76,7 @@ class ScriptState:
         self.prompts: list[str] = []  # sha256 of each completion request's messages (or prompt), as they came
         self.models: list[str | None] = []  # the model each completion request asked for, as they came
         self.spec = SpecCounters()  # speculative decoding as played (script.spec_tokens > 0)
+        self.shapes = ShapeCounts()  # shaped answers given, and how many validly
 
     def admit(self, protocol: Sender, plan: StreamPlan) -> None:
         """Start the stream now, or queue it while `max_streams` are in flight."""
@@ -109,3 +111,4 @@ class ScriptState:
         self.counter = itertools.count(1)
         self.bucket = TokenBucket(self.script.rate_limit_per_s, self.script.rate_limit_burst)
         self.prefix_cache = PrefixCache(self.script.prefix_cache_block_words)
+        self.shapes = ShapeCounts()  # the share holds from here on

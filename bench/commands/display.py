@@ -26,6 +26,7 @@ from bench.commands.tables import (
     spec_decode_table,
     summary_table,
     ui_overhead_table,
+    validity_table,
 )
 from common.private import describe_access
 from loadgen.arrivals import Level, parse_label
@@ -160,6 +161,8 @@ def show_runs(runs: Sequence[tuple[Path, Run]], title: str, where: bool = False)
         stdout.print(sessions_table(summaries))
     if any(s.quality is not None for s in summaries):
         stdout.print(quality_table(summaries))
+    if any(s.validity is not None for s in summaries):
+        stdout.print(validity_table(summaries))
     if any(s.adapters is not None for s in summaries):
         stdout.print(adapters_table(summaries))
     repeated = [r for r in aggregate(summaries) if r.num_repeats > 1]

@@ -102,6 +102,10 @@ def report(
     min_accuracy: float = typer.Option(None, min=0, max=1, metavar="FRACTION",
                                        help="The least share of the eval answered right (`bench quality`): an option "
                                             "whose 95 % interval lies below it can't win, e.g. 0.6."),
+    min_validity: float = typer.Option(None, min=0, max=1, metavar="FRACTION",
+                                       help="The least share of shaped answers (a workload's `structured`: JSON, a "
+                                            "schema, tool calls) that are valid: an option whose 95 % interval lies "
+                                            "below it can't win, e.g. 0.99."),
     prices: list[Path] = typer.Option(None, metavar="FILE", rich_help_panel=ADVANCED,
                                       help="Your own price YAML: adds rows, or replaces rows with the same id."),
     as_of: datetime = typer.Option(None, "--as-of", formats=["%Y-%m-%d"], metavar="DATE", rich_help_panel=ADVANCED,
@@ -120,7 +124,8 @@ def report(
     try:
         settings = _settings(scenario, run_dirs[0]).with_overrides(
             gpu=gpu, gpu_usd_per_hour=gpu_price, gpus_per_replica=gpus_per_replica, providers=listed(*provider or []),
-            monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks, min_accuracy=min_accuracy)
+            monthly_tokens=monthly_tokens, monthly_tasks=monthly_tasks, min_accuracy=min_accuracy,
+            min_validity=min_validity)
         result = render_report(run_dirs, out, settings=settings, prices=prices or [], today=_as_of(as_of))
     except (ReportError, PriceError, ValueError) as exc:
         fail(_message(exc))

@@ -109,6 +109,20 @@ def quality_table(summaries: list[LevelSummary], title: str = "graded answers") 
     return table
 
 
+def validity_table(summaries: list[LevelSummary], title: str = "shaped answers") -> Table:
+    """Each level of shaped answers (JSON, a schema, tool calls): the share valid with its 95 % interval, and the
+    invalid ones by fault."""
+    table = DataTable(title=title)
+    for name in ("engine", "level", "judged", "valid", "95 % interval", "invalid by fault", "failed (not judged)"):
+        table.add_column(name, justify="left" if name in ("engine", "level", "invalid by fault") else "right")
+    for s in summaries:
+        v = s.validity
+        if v is not None:
+            table.add_row(s.engine, s.level, str(v.n), f"{v.valid:.1%}", f"{v.low:.1%} to {v.high:.1%}",
+                          v.faults_text() or "-", str(s.requests.num_failed))
+    return table
+
+
 def quality_runs_table(runs: list[tuple[str, Scores]], title: str = "quality") -> Table:
     """Each engine on one eval (its name and scores): accuracy with its 95 % interval, and by category."""
     categories = sorted({name for _, scores in runs for name in scores.by_category})

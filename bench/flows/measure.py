@@ -35,6 +35,7 @@ from loadgen.datasets import PromptTokenizer
 from loadgen.pool import ClientPool
 from loadgen.replay.requests import Replay
 from loadgen.sessions.model import SessionSet
+from loadgen.structured import Structure
 from loadgen.types import SLO, LevelSummary
 
 DEFAULT_SCENARIO = "chat"
@@ -118,6 +119,7 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     replay = load_replay(scenario, tokenizer)
     sessions = load_sessions(scenario)
     adapters = plan_adapters(scenario.workload.adapters, scenario.workload.seed)
+    structure = load_structured(scenario)
     kinds = flags.engine or ([] if flags.engine_file else ["reference"])
     through_ui = flags.through_ui or UI_KIND in kinds
     kinds = [kind for kind in kinds if kind != UI_KIND] or ([] if flags.engine_file else ["reference"])
@@ -141,7 +143,8 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
     return [Job(SweepPlan(scenario, flags.out, engine_kind=spec.name or spec.engine, strict_openai=flags.strict_openai,
                           tokenizer=tokenizer, tokenizer_path=str(flags.tokenizer) if flags.tokenizer else None,
                           repeats=flags.repeats or 1, capacity=capacity, engine_spec=spec.model_dump(mode="json"),
-                          replay=replay, sessions=sessions, clients=clients, adapters=adapters),
+                          replay=replay, sessions=sessions, clients=clients, adapters=adapters,
+                          structure=structure),
                 make_launcher(spec)) for spec in specs]
 
 
@@ -204,7 +207,8 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],
                          repeats=run.plan.repeats, capacity=run.plan.capacity,
                          engine_spec=spec.model_dump(mode="json"), replay=replay, sessions=sessions,
                          clients=client_pool(run.client.workers, run.client.ray),
-                         adapters=plan_adapters(scenario.workload.adapters, scenario.workload.seed))
+                         adapters=plan_adapters(scenario.workload.adapters, scenario.workload.seed),
+                         structure=load_structured(scenario))
         launcher = make_launcher(spec)
         shown = [f"resuming {run_dir}, which launches what its run.json says:", *launch_preview(spec)]
         say("\n  ".join(shown))  # before anything runs
@@ -296,6 +300,16 @@ def load_replay(scenario: Scenario, tokenizer: PromptTokenizer | None) -> Replay
     workload = scenario.workload
     return prepare_replay(read_dataset(dataset.path, dataset.format), dataset, workload.output_tokens, workload.seed,
                           tokenizer)
+
+
+def load_structured(scenario: Scenario) -> Structure | None:
+    """The shape the scenario asks its answers in, its files read and checked (StructureError names the file)."""
+    settings = scenario.workload.structured
+    if settings is None:
+        return None
+    from loadgen.structured import load_structure
+
+    return load_structure(settings)
 
 
 def load_sessions(scenario: Scenario) -> SessionSet | None:

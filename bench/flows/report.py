@@ -31,7 +31,7 @@ from bench.inputs.scenario import DecisionSettings, Scenario
 from bench.run import rundir
 from bench.run.rundir import Run
 from bench.run.runinfo import RunInfo
-from common.accuracy import Accuracy
+from common.accuracy import Accuracy, Validity
 from costmodel.bill import level_bill
 from costmodel.curve import monthly_cost_curve
 from costmodel.decide import decide
@@ -43,7 +43,7 @@ from costmodel.types import Decision, EngineLevels, LevelBill, MeasuredLevel, Me
 from engines.openwebui import VIA_UI
 from loadgen.adapters import adapter_counts
 from loadgen.arrivals import parse_label
-from loadgen.quality.figures import accuracy
+from loadgen.quality.figures import accuracy, validity
 from loadgen.types import SLO, LevelSummary, ServerView, SessionLane, SessionTokens
 from reports.inputs import GpuReading, ReportInput, ReportRun, RunProvenance, ThroughUi, UiPageSeen
 from reports.render import REPORT_NAME, ReportFiles, write_report
@@ -85,7 +85,7 @@ def render_report(run_dirs: Sequence[Path | Run], out: Path | None = None, *, se
     catalog = load_catalog(prices)
     traffic, cache_hit_source = _cache_hit_rate(settings.traffic, runs)
     engines = [EngineLevels(label, with_power(measured_levels(_measured(run)), run.gpu_views), _capacity_level(run),
-                            run_accuracy(run), run.precision, measured_on(run))
+                            run_accuracy(run), run.precision, measured_on(run), validity=run_validity(run))
                for run, label in zip(runs, labels, strict=True)]
     decision = decide(engines, latency_limits(settings.slo), traffic, settings.pricing,
                       settings.requirements, catalog, today or date.today())
@@ -113,6 +113,17 @@ def run_accuracy(run: Run) -> Accuracy | None:
     if not graded:
         return None
     return accuracy(round(sum(q.accuracy * q.n for q in graded)), sum(q.n for q in graded))
+
+
+def run_validity(run: Run) -> Validity | None:
+    """A run's shaped answers judged, pooled over its levels (each level's own is in its summary)."""
+    judged = [s.validity for s in run.summaries if s.validity is not None]
+    if not judged:
+        return None
+    faults: Counter[str] = Counter()
+    for level in judged:
+        faults.update(level.faults)
+    return validity(round(sum(v.valid * v.n for v in judged)), sum(v.n for v in judged), dict(faults))
 
 
 def measured_on(run: Run) -> MeasuredOn | None:

@@ -65,6 +65,7 @@ from loadgen.runner import LevelBounds, LevelContext, run_level_blocking
 from loadgen.sessions.model import SessionSet
 from loadgen.sessions.runner import SessionLevel
 from loadgen.sessions.stream import SessionStream, describe_sessions
+from loadgen.structured import Structure, with_structure
 from loadgen.types import LevelSummary, RequestRecord, RequestSpec
 
 TOOL_NAME = "llm-selfhost-bench"
@@ -100,6 +101,7 @@ class SweepPlan:
     sessions: SessionSet | None = None  # agent sessions: a session dataset read, or the synthetic ones drawn
     clients: ClientPool = ClientPool()  # one client process, or a level split across several (--workers, --ray)
     adapters: AdapterPlan | None = None  # traffic across LoRA adapters: their folders, the mix, the counts
+    structure: Structure | None = None  # the shape every answer is asked in (a dataset line may ask its own)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -130,7 +132,9 @@ class SweepPlan:
         return [replace(level, adapters=count) for level in levels for count in counts]
 
     def level_requests(self, level: Level, specs: Iterator[RequestSpec]) -> Iterator[RequestSpec]:
-        """A level's requests, each asking for its adapter of the level's mix (as they are: no adapters)."""
+        """A level's requests, each asking for its adapter of the level's mix, and in the workload's shape."""
+        if self.structure is not None:
+            specs = with_structure(specs, self.structure)
         if self.adapters is None:
             return specs
         return with_adapters(specs, self.adapters.mix_for(level.adapters))

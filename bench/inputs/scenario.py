@@ -73,7 +73,8 @@ class DecisionSettings(BaseModel):
                        gpu_pricing: str | None = None, headroom: float | None = None,
                        spare_replicas: int | None = None, cache_hit_rate: float | None = None,
                        uses_batch_api: bool | None = None, monthly_tasks: float | None = None,
-                       min_accuracy: float | None = None, owned: dict[str, str] | None = None) -> DecisionSettings:
+                       min_accuracy: float | None = None, owned: dict[str, str] | None = None,
+                       min_validity: float | None = None) -> DecisionSettings:
         """Command-line flags over the scenario: a flag given wins; `--gpu` alone drops the scenario's own
         price, `--peak-to-average` or `--hours` its hourly profile. Raises pydantic's ValidationError."""
         pricing: dict[str, object] = {}
@@ -97,8 +98,9 @@ class DecisionSettings(BaseModel):
             traffic.update({k: v for k, v in (("peak_to_average", peak_to_average),
                                                ("hours_per_month", hours_per_month)) if v is not None})
         changed = traffic != (self.traffic or Traffic()).model_dump()
-        requirements = self.requirements if min_accuracy is None else \
-            Requirements.model_validate({**self.requirements.model_dump(), "min_accuracy": min_accuracy})
+        floors = {k: v for k, v in (("min_accuracy", min_accuracy), ("min_validity", min_validity)) if v is not None}
+        requirements = Requirements.model_validate({**self.requirements.model_dump(), **floors}) if floors else \
+            self.requirements
         return self.model_copy(update={
             "pricing": Pricing.model_validate({**self.pricing.model_dump(), **pricing}),
             "traffic": Traffic.model_validate(traffic) if changed else self.traffic, "requirements": requirements})
@@ -161,11 +163,19 @@ def parse_scenario(text: str, origin: str, directory: Path | None = None) -> Sce
     if dataset is not None and directory is not None and not Path(dataset.path).is_absolute():
         resolved = dataset.model_copy(update={"path": str((directory / dataset.path).resolve())})
         scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"dataset": resolved})})
+    def resolve(path: str) -> str:
+        assert directory is not None
+        return path if Path(path).is_absolute() else str((directory / path).resolve())
+
+    structured = scenario.workload.structured
+    if structured is not None and directory is not None:  # the schema and tools files, from the scenario's
+        resolved_structured = structured.model_copy(update={
+            "json_schema": resolve(structured.json_schema) if structured.json_schema else None,
+            "tools": resolve(structured.tools) if structured.tools else None})
+        scenario = scenario.model_copy(update={
+            "workload": scenario.workload.model_copy(update={"structured": resolved_structured})})
     adapters = scenario.workload.adapters
     if adapters is not None and directory is not None:  # the adapters' folders too, from the scenario's
-        def resolve(path: str) -> str:
-            return path if Path(path).is_absolute() else str((directory / path).resolve())
-
         resolved_adapters = adapters.model_copy(update={
             "dir": resolve(adapters.dir) if adapters.dir else None,
             "modules": {name: resolve(path) for name, path in adapters.modules.items()}})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from scipy.stats import binomtest
 
+from common.accuracy import Validity
 from loadgen.types import Accuracy
 
 
@@ -12,8 +13,22 @@ def accuracy(num_right: int, num_graded: int) -> Accuracy | None:
     """None when nothing was graded."""
     if num_graded <= 0:
         return None
-    interval = binomtest(num_right, num_graded).proportion_ci(confidence_level=0.95, method="wilson")
-    return Accuracy(num_right / num_graded, float(interval.low), float(interval.high), num_graded)
+    low, high = wilson(num_right, num_graded)
+    return Accuracy(num_right / num_graded, low, high, num_graded)
+
+
+def validity(num_valid: int, num_judged: int, faults: dict[str, int] | None = None) -> Validity | None:
+    """None when no answer was judged for its shape."""
+    if num_judged <= 0:
+        return None
+    low, high = wilson(num_valid, num_judged)
+    return Validity(num_valid / num_judged, low, high, num_judged, dict(faults or {}))
+
+
+def wilson(successes: int, trials: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of successes / trials."""
+    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def mcnemar_p(only_first_right: int, only_second_right: int) -> float:

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from loadgen.quality.graders import GRADERS, check_answer
+from loadgen.structured import Structure, StructureError, check_tool_choice, check_tools, response_format_of
 from loadgen.types import Grading
 from loadgen.workload import TRACE_FORMATS, DatasetFormat
 
@@ -49,6 +50,7 @@ class Conversation:
     history: tuple[tuple[str, str], ...] = ()  # (role, content) given before the first turn (JSONL messages)
     max_tokens: int | None = None
     grading: Grading | None = None  # a JSONL line with an `answer`: how its first turn's answer is graded
+    structure: Structure | None = None  # a JSONL line's own response_format / tools: its answer's shape, judged
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,16 @@ def _jsonl_requests(path: Path, text: str) -> list[Conversation]:
         where = f"{path}:{number}"
         max_tokens = _optional_count(row, "max_tokens", where) or _optional_count(row, "output_tokens", where)
         grading = _grading(row, where)
+        structure = _structure(row, where)
         if "messages" in row:
             system, history, turn = _chat_messages(row["messages"], where)
-            requests.append(Conversation(number, (turn,), system, history, max_tokens, grading))
+            requests.append(Conversation(number, (turn,), system, history, max_tokens, grading, structure))
         elif "prompt" in row:
             prompt = row["prompt"]
             if not isinstance(prompt, str) or not prompt:
                 raise DatasetError(f"{where}: field 'prompt' must be a non-empty string")
-            requests.append(Conversation(number, (Turn(prompt),), max_tokens=max_tokens, grading=grading))
+            requests.append(Conversation(number, (Turn(prompt),), max_tokens=max_tokens, grading=grading,
+                                         structure=structure))
         else:
             raise DatasetError(f"{where}: expected a field 'prompt' (a string) or 'messages' (OpenAI chat messages)")
     return requests
@@ -190,6 +194,26 @@ def _grading(row: dict[str, Any], where: str) -> Grading | None:
     if category is not None and not isinstance(category, str):
         raise DatasetError(f"{where}: field 'category' must be a string")
     return Grading(grader, tuple(accepted), category)
+
+
+def _structure(row: dict[str, Any], where: str) -> Structure | None:
+    """A line's own `response_format` (OpenAI's shape, a schema inline) and `tools` with `tool_choice`."""
+    if "response_format" not in row and "tools" not in row:
+        if "tool_choice" in row:
+            raise DatasetError(f"{where}: field 'tool_choice' needs 'tools'")
+        return None
+    try:
+        response_format = response_format_of(row["response_format"], where) if "response_format" in row else None
+        tools = check_tools(row["tools"], f"{where}: field 'tools'") if "tools" in row else ()
+        choice = row.get("tool_choice", "auto")
+        if isinstance(choice, dict):  # OpenAI's {"type": "function", "function": {"name": ...}}
+            choice = (choice.get("function") or {}).get("name")
+        if tools:
+            choice = check_tool_choice(str(choice), tools, where)
+    except StructureError as exc:
+        raise DatasetError(str(exc)) from None
+    kind = response_format["type"] if response_format else "tools"
+    return Structure(f"{kind} (the line's own)", response_format, tools, choice)
 
 
 def _chat_messages(messages: Any, where: str) -> tuple[str | None, tuple[tuple[str, str], ...], Turn]:

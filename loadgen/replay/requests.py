@@ -100,7 +100,8 @@ def replay_requests(replay: Replay, api: Api, tokenizer: PromptTokenizer | None 
                     input_tokens_target=num_in, history=history,
                     conversation_id=conversation_id if multi_turn else None, turn=turn if multi_turn else None,
                     arrival_s=item.arrival_s, dataset_index=item.index, prompt_sha256=_sha256(prompt),
-                    grading=item.conversation.grading if item.conversation is not None and turn == 1 else None)
+                    grading=item.conversation.grading if item.conversation is not None and turn == 1 else None,
+                    structure=item.conversation.structure if item.conversation is not None and turn == 1 else None)
                 request_id += 1
             conversation_id += 1
         if not cycle:
