@@ -368,6 +368,9 @@ class _StreamState:
         if timings and isinstance(timings, dict) and "draft_n" in timings:  # llama.cpp's, per request
             self.record.draft_tokens = _count_or_none(timings.get("draft_n"))
             self.record.accepted_draft_tokens = _count_or_none(timings.get("draft_n_accepted"))
+        metrics = payload.get("metrics")
+        if metrics and isinstance(metrics, dict):  # vLLM's, with --per-request-spec-decode-metrics
+            self._take_spec_metrics(metrics.get("speculative_decoding"))
         choices = payload.get("choices")
         if not choices:
             return
@@ -406,6 +409,12 @@ class _StreamState:
         current = self.server_output_tokens or 0
         self.usage_deltas.append(current - self.last_usage_tokens)
         self.last_usage_tokens = current
+
+    def _take_spec_metrics(self, spec: Any) -> None:
+        """vLLM's per-request `metrics.speculative_decoding` (on the usage chunk): its drafted and accepted tokens."""
+        if isinstance(spec, dict) and "num_draft_tokens" in spec:
+            self.record.draft_tokens = _count_or_none(spec.get("num_draft_tokens"))
+            self.record.accepted_draft_tokens = _count_or_none(spec.get("num_accepted_draft_tokens"))
 
     def _tool_call_text(self, delta_calls: Any) -> str:
         if self.tool_calls is not None:

@@ -63,6 +63,9 @@ def build_report_data(inp: ReportInput) -> dict[str, Any]:
                for i, (result, run) in enumerate(zip(decision.results, runs, strict=True))]
     return jsonable({
         "title": _title(decision),
+        # a run held to a benchmark's rules: whether its numbers are that benchmark's, said before anything else
+        "rules": [f"{run.label}: {run.rules_line}" if len(runs) > 1 else run.rules_line for run in runs
+                  if run.rules_line],
         "generated_at": inp.generated_at.isoformat(timespec="seconds"),
         "verdict": decision.verdict,
         "side_by_side": _side_by_side(decision),

@@ -160,6 +160,7 @@ class ReportRun:
     ui_screenshot: bytes | None = None  # the UI's page answering, as a browser saw it (PNG)
     ui_levels: tuple[UiLevel, ...] = ()  # the same levels direct to the engine, when that run is in the report
     plan: RunPlan | NoPlan | None = None  # the memory plan beside the measurements; None: an endpoint the user ran
+    rules_line: str | None = None  # held to a benchmark's rules: where it departs from them, or that it keeps them
     session_lane: SessionLane | None = None  # agent sessions: one session drawn call by call
 
 

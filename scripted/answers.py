@@ -101,10 +101,16 @@ class StreamPlan:
         usage = _usage(self.prompt_tokens, self.num_tokens, self.reasoning_tokens, self.cached_tokens)
         last = _event("", self.is_chat, finish_reason=self.finish_reason())
         tail: dict[str, Any] = {"id": "scripted", "choices": [], "usage": usage}
-        if self.script.spec_tokens:  # llama.cpp's per-request figures: a chunk is a draft, its tokens past one kept
+        if self.script.spec_tokens:  # per-request figures: a chunk is a draft, its tokens past one kept
             spec = self.script.spec_tokens
             accepted = sum(min(self.tokens_in(i) - 1, spec) for i in range(self.num_chunks))
-            tail["timings"] = {"draft_n": self.num_chunks * spec, "draft_n_accepted": accepted}
+            if self.script.spec_report == "vllm":  # --per-request-spec-decode-metrics summary
+                tail["metrics"] = {"speculative_decoding": {
+                    "num_spec_steps": self.num_chunks, "num_draft_tokens": self.num_chunks * spec,
+                    "num_accepted_draft_tokens": accepted, "num_spec_tokens": spec,
+                    "mean_acceptance_length": 1 + accepted / self.num_chunks}}
+            else:
+                tail["timings"] = {"draft_n": self.num_chunks * spec, "draft_n_accepted": accepted}
         usage_only = b"data: " + orjson.dumps(tail) + b"\n\n"
         return last + usage_only + b"data: [DONE]\n\n"
 

@@ -40,6 +40,7 @@ class Script:
     # > 0: speculative decoding played with that many draft tokens a step: each chunk is one verified draft whose
     # tokens past the first were accepted, counted at GET /metrics under vLLM's names (SpecCounters)
     spec_tokens: int = 0
+    spec_report: Literal["llamacpp", "vllm"] = "llamacpp"  # each answer's own figures: llama.cpp's timings or vLLM's
     # A request that asks for a shape (response_format JSON, tools) is answered in it, validly for this share of
     # them and broken in a known way for the rest (scripted/shapes.py)
     valid_share: float = 1.0

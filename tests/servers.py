@@ -33,7 +33,8 @@ class ScriptedServer:
                     "fault_after_chunks": 3, "stall_ms": 1000.0, "model": "scripted", "itl_per_stream_ms": 0.0,
                     "max_streams": 0, "reasoning_tokens": 0, "rate_limit_per_s": 0.0, "rate_limit_burst": 1.0,
                     "prefix_cache_block_words": 0, "right_share": -1.0, "right_share_per_stream": 0.0,
-                    "adapters": [], "spec_tokens": 0, "valid_share": 1.0}
+                    "adapters": [], "spec_tokens": 0, "valid_share": 1.0,
+                    "spec_report": "llamacpp"}
         response = httpx.put(self.base_url.removesuffix("/v1") + "/_script", json={**defaults, **changes})
         response.raise_for_status()
 

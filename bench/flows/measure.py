@@ -22,6 +22,7 @@ from bench.inputs.flag_text import listed
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides, scenario_overrides
 from bench.inputs.overrides import build_scenario
+from bench.inputs.rules import first_line
 from bench.inputs.scenario import Scenario
 from bench.run import rundir
 from bench.run.resume import Resume, ResumeError, launch_preview, open_run, prepare
@@ -115,6 +116,8 @@ def fresh_jobs(flags: MeasureFlags, levels: LoadOverrides | None = None, capacit
 
     scenario = build_scenario(flags.scenario or DEFAULT_SCENARIO, scenario_overrides(flags, levels))
     scenario = adjust(scenario) if adjust else scenario
+    if (rules := first_line(scenario)) is not None:  # before anything runs: whether the numbers will be comparable
+        say(rules)
     tokenizer = _load_tokenizer(flags.tokenizer)
     replay = load_replay(scenario, tokenizer)
     sessions = load_sessions(scenario)

@@ -27,6 +27,7 @@ from bench.flows.costinputs import (
     with_power,
 )
 from bench.flows.report_plan import memory_plan
+from bench.inputs.rules import first_line
 from bench.inputs.scenario import DecisionSettings, Scenario
 from bench.run import rundir
 from bench.run.rundir import Run
@@ -312,7 +313,8 @@ def report_run(run: Run, label: str, decision: Decision, catalog: PriceCatalog,
         capacity=run.capacity.to_json() if run.capacity else None, dataset=info.dataset,
         workload=_workload_text(info), keep_text=bool(info.scenario and info.scenario.workload.keep_text),
         bills=_bills(run, decision, catalog), plan=memory_plan(run), session_lane=_session_lane(run, tasks),
-        adapter_counts=tuple(adapter_counts(run.summaries)))
+        adapter_counts=tuple(adapter_counts(run.summaries)),
+        rules_line=first_line(info.scenario) if info.scenario is not None else None)
 
 
 def _client_notes(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> list[str]:

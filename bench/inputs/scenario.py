@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bench.inputs.rules import Rules
 from common.validation import parse_yaml_mapping, read_text, validate
 from costmodel.inputs import Pricing, Requirements, Traffic
 from loadgen.types import SLO
@@ -118,6 +119,7 @@ class Scenario(BaseModel):
     traffic: Traffic | None = None
     pricing: Pricing = Field(default_factory=Pricing)
     requirements: Requirements = Field(default_factory=Requirements)
+    rules: Rules | None = None  # a published benchmark's rules the run is held to (bench.inputs.rules)
 
     def decision_settings(self) -> DecisionSettings:
         return DecisionSettings(slo=self.slo, traffic=self.traffic, pricing=self.pricing,

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.run.rundir import read_run
 from tests.bench.test_cli import bench, only_run_dir, sweep_args
 
 
-def test_a_levels_acceptance_equals_what_the_server_was_told(scripted, tmp_path: Path) -> None:
-    scripted.set_script(ttft_ms=20, itl_ms=30, tokens_per_chunk=3, spec_tokens=4)
+@pytest.mark.parametrize("spec_report", ["llamacpp", "vllm"])  # each answer's figures: llama.cpp's timings, vLLM's
+def test_a_levels_acceptance_equals_what_the_server_was_told(scripted, tmp_path: Path, spec_report: str) -> None:
+    scripted.set_script(ttft_ms=20, itl_ms=30, tokens_per_chunk=3, spec_tokens=4, spec_report=spec_report)
     result = bench(*sweep_args(scripted, tmp_path, "--concurrency", "2", "--duration", "4", "--output-tokens", "30",
                                "--input-tokens", "20", "--no-report"), timeout=120)
     assert result.returncode == 0, result.stderr

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.reference.core.config import EngineConfig
+from engines.reference.core.grammar import Grammars, GrammarState, mask_logits
 from engines.reference.core.lora import LoraAdapter
 from engines.reference.core.memory import default_kv_cache_tokens
 from engines.reference.core.model_runner import BatchItem, ModelRunner
@@ -119,6 +120,8 @@ class LLMEngine:
         self._num_steps = 0
         self._last_step: tuple[float, StepShape] | None = None
         self.spec_counters = SpecDecodeCounters()
+        # constrained decoding's compiled grammars (xgrammar, loaded on first use); None: no tokenizer to build one
+        self.grammars = Grammars(self.tokenizer, self.vocab_size) if self.tokenizer is not None else None
 
     @classmethod
     def from_model(
@@ -189,9 +192,10 @@ class LLMEngine:
         params: SamplingParams,
         arrival_time_s: float | None = None,
         adapter: str | None = None,
+        grammar: GrammarState | None = None,
     ) -> None:
-        """Queue a request (on LoRA `adapter`, by name, or the base model). Raises ValueError (bad prompt, id in
-        use, unknown adapter) or QueueFullError (queue bound)."""
+        """Queue a request (on LoRA `adapter`, by name, or the base model; its answer held to `grammar`, from
+        `self.grammars`). Raises ValueError (bad prompt, id in use, unknown adapter) or QueueFullError (queue bound)."""
         self.check_prompt(prompt_token_ids)
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -211,6 +215,7 @@ class LLMEngine:
             tokenizer=self.tokenizer,
             stop_token_ids=frozenset(stop_ids),
             arrival_time_s=time.monotonic() if arrival_time_s is None else arrival_time_s,
+            grammar=grammar,
         )
         self._num_requests_added += 1
 
@@ -289,7 +294,8 @@ class LLMEngine:
             return
         for seq in self.scheduler.running:
             state = self._requests[seq.request_id]
-            if seq.num_uncomputed_tokens != 1 or not state.params.is_greedy or state.banned_token_ids():
+            if seq.num_uncomputed_tokens != 1 or not state.params.is_greedy or state.banned_token_ids() \
+                    or state.grammar is not None:
                 continue
             room = self.config.max_model_len - seq.num_tokens - 1
             if state.params.max_tokens is not None:
@@ -334,6 +340,7 @@ class LLMEngine:
         states = [self._requests[out.scheduled[i].seq.request_id] for i, _ in plain]
         if len(plain) < logits.shape[0]:  # a prefill chunk that ends no prompt samples nothing
             logits = logits.index_select(0, torch.tensor([row for _, row in plain], device=logits.device))
+        mask_logits(logits, [state.grammar for state in states])  # constrained rows: what their grammar allows
         tokens = sample(
             logits,
             [state.params for state in states],

@@ -8,6 +8,8 @@ Stop rules, in vLLM's order, checked after every generated token:
   3. a stop string that ends in text generated from then on -> "stop"; the text is cut before it (found
      by `StopMatcher` as the text grows: O(new characters x stops) a token, never the whole text again);
   4. `max_tokens` -> "length"; 5. the sequence reached max_model_len -> "length".
+A constrained request (`grammar`, core/grammar.py) advances its grammar by each token and stops when the grammar
+ends, on a stop token, whatever `ignore_eos` and `min_tokens` say: past its end the grammar allows nothing else.
 
 Text is released only when final: a tail that could still grow into a stop string, and bytes of an
 incomplete UTF-8 character, are held back until they can't. This module knows nothing of scheduling or
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engines.reference.core.grammar import GrammarState
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.core.sequence import Sequence
 from engines.reference.core.stop_strings import StopMatcher
@@ -37,6 +40,7 @@ class RequestState:
     stop_token_ids: frozenset[int]
     arrival_time_s: float
     last_token_time_s: float | None = None
+    grammar: GrammarState | None = None  # a constrained answer's grammar
     text: str = ""  # detokenized output so far (stop token text excluded)
     num_emitted_chars: int = 0
     detokenizer: IncrementalDetokenizer | None = field(init=False)
@@ -50,7 +54,7 @@ class RequestState:
 
     def banned_token_ids(self) -> tuple[int, ...]:
         """Token ids the next draw must avoid: the stop tokens while fewer than min_tokens were generated."""
-        if self.seq.num_output_tokens < self.params.min_tokens:
+        if self.seq.num_output_tokens < self.params.min_tokens and self.grammar is None:
             return self._banned_ids
         return ()
 
@@ -65,6 +69,8 @@ class RequestState:
         """Account for a token appended to seq.token_ids, `num_later` tokens before its end (a step that accepted
         drafts appends several); returns (final new text, finish reason)."""
         params, num_output = self.params, self.seq.num_output_tokens - num_later
+        if self.grammar is not None and self.grammar.accept(token_id) and self.grammar.is_done:
+            return self._finish(True), "stop"
         is_min_reached = num_output >= params.min_tokens
         if is_min_reached and token_id in self.stop_token_ids:
             return self._finish(is_min_reached), "stop"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.core.grammar import GrammarState
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.serving.metrics import EngineMetrics
 
@@ -45,6 +46,7 @@ class _Add:
     params: SamplingParams
     arrival_time_s: float
     adapter: str | None = None
+    grammar: GrammarState | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class AsyncEngine:
         self.max_pending_outputs = max_pending_outputs  # None: a stream's queue is unbounded
         self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
         self._wakeup = threading.Event()
-        self._stopping = threading.Event()
+        self._stop_asked = False  # a plain flag, not an Event: see request_stop
         self._is_stopped = threading.Event()  # set when the step loop has returned
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -136,13 +138,15 @@ class AsyncEngine:
         self._run()
 
     def request_stop(self) -> None:
-        """Ask the step loop to stop after its current step; returns at once (safe in a signal handler)."""
-        self._stopping.set()
-        self._wakeup.set()
+        """Ask the step loop to stop after its current step (an idle one within IDLE_WAIT_S); returns at once.
+        It takes no lock, so a signal handler may call it: the handler runs on the step thread, maybe inside
+        `Event.wait` holding the event's lock, which an `Event.set` here would wait for forever."""
+        self._stop_asked = True
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the step loop after its current step and wait for it."""
         self.request_stop()
+        self._wakeup.set()  # an idle step thread stops now (never from a signal handler: see request_stop)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._is_stopped.wait(timeout_s)
 
@@ -162,10 +166,11 @@ class AsyncEngine:
         return self.num_waiting >= self.engine.config.max_num_waiting
 
     def generate(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: str | None = None
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: str | None = None,
+        grammar: GrammarState | None = None,
     ) -> RequestStream:
-        """Submit a request (on LoRA `adapter`, or the base model) now and return its output stream; close the
-        stream to abort it.
+        """Submit a request (on LoRA `adapter`, or the base model; held to `grammar` if given) now and return its
+        output stream; close the stream to abort it.
 
         Raises EngineDeadError if the step loop is not running, QueueFullError if the waiting queue is
         at its bound (checked and counted in the same event-loop turn, so the bound is exact).
@@ -178,7 +183,7 @@ class AsyncEngine:
         self._streams[request_id] = stream
         with self._pending_lock:
             self._num_pending_adds += 1
-        self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic(), adapter))
+        self._submit(_Add(request_id, prompt_token_ids, params, time.monotonic(), adapter, grammar))
         return stream
 
     def _close_stream(self, request_id: str, is_finished: bool) -> None:
@@ -222,7 +227,7 @@ class AsyncEngine:
 
     def _step_until_stopped(self) -> None:
         try:
-            while not self._stopping.is_set():
+            while not self._stop_asked:
                 self._apply_commands()
                 if not self.engine.has_unfinished():
                     self._record([])
@@ -254,7 +259,7 @@ class AsyncEngine:
             try:
                 self.engine.add_request(
                     command.request_id, command.prompt_token_ids, command.params, command.arrival_time_s,
-                    command.adapter,
+                    command.adapter, command.grammar,
                 )
             except Exception as exc:  # the server validated already; a rare race (queue bound) lands here
                 self._call_in_loop(self._fail, command.request_id, exc)

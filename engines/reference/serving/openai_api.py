@@ -3,10 +3,10 @@
 Contract: `parse_generation_request(body, kind, limits)` turns a decoded JSON body into a
 `GenerationRequest` (token ids + SamplingParams + streaming options) or raises `ApiError` whose message
 names the bad field and what would be accepted. Unknown fields are ignored, as vLLM does; vLLM's extra
-sampling fields (`ignore_eos`, `min_tokens`, `top_k`, `seed`, `stop_token_ids`) are accepted. Features
-this engine lacks (n > 1, logprobs, penalties, structured outputs and tools) are refused rather than silently
-ignored. The response
-helpers build plain dicts. Nothing here does I/O or touches the engine.
+sampling fields (`ignore_eos`, `min_tokens`, `top_k`, `seed`, `stop_token_ids`) are accepted; structured outputs
+and tools are read by serving/structured.py. Features this engine lacks (n > 1, logprobs, penalties, vLLM's
+guided_* fields, tool_choice auto) are refused rather than silently ignored. The response helpers build plain
+dicts. Nothing here does I/O or touches the engine.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Literal
 from engines.reference.core.engine import RequestOutput
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.tokenizer import Tokenizer
+from engines.reference.serving.structured import Structure, StructureRequestError, read_structure
 
 Kind = Literal["completion", "chat"]
 _MISSING = object()
@@ -31,10 +32,7 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "repetition_penalty": (None, 1, 1.0),
-    # structured outputs and tools: answering free text instead would pass for success in a latency table
-    "response_format": (None, {"type": "text"}),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
+    # vLLM's own ways to ask for structure (response_format and tools are served): free text would pass for success
     "guided_json": (None,),
     "guided_regex": (None,),
     "guided_choice": (None,),
@@ -101,6 +99,7 @@ class GenerationRequest:
     include_usage: bool = False
     continuous_usage_stats: bool = False
     adapter: str | None = None  # the LoRA adapter named as `model`; None: the base model
+    structure: Structure = Structure()  # what the answer is held to (response_format, a tool call), if anything
 
 
 # ---- field readers: each raises ApiError naming the field ------------------------------------------
@@ -243,7 +242,7 @@ def _message_text(message: Any, index: int) -> dict[str, Any]:
     return {**message, "content": content or ""}
 
 
-def _chat_prompt(body: dict, limits: Limits) -> list[int]:
+def _chat_prompt(body: dict, limits: Limits, tools: tuple[dict[str, Any], ...] = ()) -> list[int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages must be a non-empty list of {role, content} objects", param="messages")
@@ -251,7 +250,8 @@ def _chat_prompt(body: dict, limits: Limits) -> list[int]:
     add_generation_prompt = _read(body, "add_generation_prompt", lambda v: isinstance(v, bool), "true or false", True)
     try:
         text = tokenizer.apply_chat_template(
-            [_message_text(m, i) for i, m in enumerate(messages)], add_generation_prompt
+            [_message_text(m, i) for i, m in enumerate(messages)], add_generation_prompt,
+            **({"tools": list(tools)} if tools else {}),
         )
     except ApiError:
         raise
@@ -272,8 +272,10 @@ def parse_generation_request(body: Any, kind: Kind, limits: Limits) -> Generatio
     adapter = model if model is not None and model in limits.adapters else None
     params = _read_sampling(body, kind, limits)
     is_stream, include_usage, continuous = _read_stream_options(body)
+    structure = _read_structure(body, kind)
     prompt_field = "prompt" if kind == "completion" else "messages"
-    prompt = _completion_prompt(body, limits) if kind == "completion" else _chat_prompt(body, limits)
+    prompt = _completion_prompt(body, limits) if kind == "completion" else \
+        _chat_prompt(body, limits, structure.tools)
     num_total = len(prompt) + (params.max_tokens or 1)
     if len(prompt) >= limits.max_model_len or num_total > limits.max_model_len:
         raise ApiError(
@@ -283,7 +285,16 @@ def parse_generation_request(body: Any, kind: Kind, limits: Limits) -> Generatio
             param="max_tokens" if len(prompt) < limits.max_model_len else prompt_field,
             code="context_length_exceeded",
         )
-    return GenerationRequest(kind, prompt, params, is_stream, include_usage, continuous, adapter)
+    return GenerationRequest(kind, prompt, params, is_stream, include_usage, continuous, adapter, structure)
+
+
+def _read_structure(body: dict, kind: Kind) -> Structure:
+    if kind == "completion" and body.get("tools") not in (None, []):
+        raise ApiError("tools are a chat API field: send them to /v1/chat/completions", param="tools")
+    try:
+        return read_structure(body)
+    except StructureRequestError as exc:
+        raise ApiError(str(exc), param=exc.param) from None
 
 
 # ---- responses -------------------------------------------------------------------------------------

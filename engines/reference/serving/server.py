@@ -38,6 +38,7 @@ from aiohttp import HttpVersion11, web
 
 from engines.reference.core.config import EngineConfig
 from engines.reference.core.engine import LLMEngine, QueueFullError, RequestOutput
+from engines.reference.core.grammar import GrammarError, GrammarState
 from engines.reference.core.step_cost import StepCost
 from engines.reference.loading.lora import load_adapter, parse_lora_modules, read_adapter_config
 from engines.reference.loading.weights import LoadedModel
@@ -47,6 +48,7 @@ from engines.reference.serving.metrics import CONTENT_TYPE, EngineMetrics
 from engines.reference.serving.openai_api import ApiError, GenerationRequest, Kind, Limits, choice, envelope, usage
 from engines.reference.serving.openai_api import parse_generation_request as parse
 from engines.reference.serving.options import DTYPE_NAMES, ServerOptions, api_key_of, parse_args
+from engines.reference.serving.structured import ToolCallStream, tool_call_choice, tool_call_delta
 
 logger = logging.getLogger(__name__)
 _DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
@@ -248,10 +250,11 @@ class Server:
             raise ApiError("the request body is nested too deeply to read (JSON nested past Python's recursion "
                            "limit)") from None
         generation = parse(body, kind, self.limits)
+        grammar = await self._grammar(generation)
         request_id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
         try:
             stream = self.async_engine.generate(
-                request_id, generation.prompt_token_ids, generation.params, generation.adapter
+                request_id, generation.prompt_token_ids, generation.params, generation.adapter, grammar
             )
         except EngineDeadError as exc:
             raise ApiError(str(exc), status=503, code="engine_dead") from None
@@ -263,6 +266,20 @@ class Server:
                 return await self._stream(request, generation, request_id, stream)
             return await self._complete(generation, request_id, stream)
 
+    async def _grammar(self, generation: GenerationRequest) -> GrammarState | None:
+        """The request's grammar, compiled off the step thread (once per distinct schema), or None."""
+        constraint = generation.structure.constraint
+        if constraint is None:
+            return None
+        grammars = self.async_engine.engine.grammars
+        param = "tools" if generation.structure.tool_call is not None else "response_format"
+        if grammars is None:
+            raise ApiError(f"{param}: this model has no tokenizer to build a grammar from", param=param)
+        try:
+            return await asyncio.to_thread(grammars.new_state, constraint)
+        except GrammarError as exc:
+            raise ApiError(f"{param}: {exc}", param=param) from None
+
     async def _complete(self, generation: GenerationRequest, request_id: str, outputs: RequestStream) -> web.Response:
         texts: list[str] = []
         last: RequestOutput | None = None
@@ -272,9 +289,13 @@ class Server:
         except EngineDeadError as exc:
             raise ApiError(str(exc), status=503, code="engine_dead") from None
         assert last is not None and last.finished
-        kind = generation.kind
-        body = envelope(kind, request_id, int(time.time()), generation.adapter or self.model_name, False,
-                        [choice(kind, "".join(texts), last.finish_reason, False, role="assistant")])  # fmt: skip
+        kind, plan = generation.kind, generation.structure.tool_call
+        answer = choice(kind, "".join(texts), last.finish_reason, False, role="assistant")
+        if plan is not None:
+            calls = ToolCallStream(plan)
+            calls.feed("".join(texts), finished=True)
+            answer = tool_call_choice(calls.whole(), last.finish_reason)
+        body = envelope(kind, request_id, int(time.time()), generation.adapter or self.model_name, False, [answer])
         body["usage"] = usage(last)
         return web.json_response(body)
 
@@ -306,10 +327,17 @@ class Server:
         # a chat stream's role rides with that token, as vLLM's server sends it.
         role: str | None = "assistant" if kind == "chat" else None
         last: RequestOutput | None = None
+        calls = ToolCallStream(generation.structure.tool_call) if generation.structure.tool_call else None
         try:
             try:
                 async for last in outputs:
-                    choices = [choice(kind, last.new_text, last.finish_reason, True, role)]
+                    if calls is None:
+                        choices = [choice(kind, last.new_text, last.finish_reason, True, role)]
+                    else:  # a tool call's text goes out as tool_calls deltas (none while its name is incomplete)
+                        deltas = calls.feed(last.new_text, last.finished)
+                        if not deltas and not last.finished:
+                            continue
+                        choices = [tool_call_delta(deltas, last.finish_reason, role)]
                     role = None
                     await send(chunk(choices, usage(last) if is_continuous else None))
             except EngineDeadError as exc:
