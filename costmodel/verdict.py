@@ -86,9 +86,7 @@ def validity_lines(best: CostResult, rejected: Sequence[CostResult], floor: floa
     if said is not None:
         lines.append(f"{best.engine}'s shaped answers: {said.describe()}"
                      + (f"; invalid: {said.faults_text()}." if said.faults else "."))
-        if floor is not None and said.low < floor <= said.high:
-            lines.append(f"Warning: {best.engine}'s validity interval holds{required}: it may fall short of it; "
-                         "measure more requests to tell.")
+        lines += _holds_floor(best.engine, "validity", said.low, said.high, floor, "measure more requests to tell")
     elif floor is not None:
         lines.append(f"Warning: {best.engine}'s answers were not judged for their shape, so{required} validity is "
                      "not checked (give the workload `structured`, e.g. `--scenario structured`).")
@@ -112,13 +110,18 @@ def accuracy_lines(best: CostResult, rejected: Sequence[CostResult], floor: floa
         lines.append(f"{best.engine} answers the eval right {said.describe()}"
                      + (f": {usd(per_correct)} per correct answer, against {usd(best.usd_per_request)} per request."
                         if per_correct is not None and best.usd_per_request is not None else "."))
-        if floor is not None and said.low < floor <= said.high:
-            lines.append(f"Warning: {best.engine}'s accuracy interval holds{required}: it may fall short of it; grade "
-                         "more items to tell.")
+        lines += _holds_floor(best.engine, "accuracy", said.low, said.high, floor, "grade more items to tell")
     elif floor is not None:
         lines.append(f"Warning: {best.engine}'s accuracy was not measured, so{required} is not checked (run "
                      "`bench quality` on the same engine and report that run beside this one).")
     return lines
+
+
+def _holds_floor(engine: str, what: str, low: float, high: float, floor: float | None, advice: str) -> list[str]:
+    """A warning when the floor lies inside the winner's interval: it may fall short of it."""
+    if floor is None or not low < floor <= high:
+        return []
+    return [f"Warning: {engine}'s {what} interval holds the required {floor:.0%}: it may fall short of it; {advice}."]
 
 
 def _not_good_enough(rejected: Sequence[CostResult], requirements: Requirements,

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from bench.run.rundir import read_run
 from tests.bench.test_cli import bench, only_run_dir
 from tests.e2e.test_secrets import CommandLines
 from tests.servers import is_running
@@ -74,3 +75,28 @@ def test_vllm_given_a_key_gets_it_by_its_environment_and_no_file_holds_it(tmp_pa
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
     assert canary not in result.stdout + result.stderr
+
+
+def test_vllm_speculation_and_json_schema_are_read(tmp_path) -> None:
+    """vLLM's CPU build with prompt-lookup speculation and per-request figures, on the copy-heavy edit workload:
+    each level's acceptance from vLLM's spec_decode counters and each record's from its own metrics, adding up;
+    then the shipped structured scenario, answered under its schema by vLLM's own xgrammar and judged valid."""
+    assert os.environ.get("BENCH_VLLM_PYTHON"), "set BENCH_VLLM_PYTHON to the python of vLLM's environment"
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4})
+    result = bench("sweep", "--engine", "vllm", "--scenario", "edit", "--concurrency", "1", "--requests", "4",
+                   "--engine-arg", "max-model-len=2048", "--engine-arg", f"speculative-config={spec}",
+                   "--engine-arg", "per-request-spec-decode-metrics=summary", "--no-report",
+                   "--out", str(tmp_path / "spec"), timeout=900)
+    assert result.returncode == 0, result.stderr
+    run = read_run(only_run_dir(tmp_path / "spec"))
+    (view,) = run.server_views
+    assert view.spec is not None and view.spec.drafts and view.spec.drafts > 0
+    assert 0 < view.spec.accepted_tokens <= view.spec.draft_tokens
+    rows = [json.loads(line) for line in (only_run_dir(tmp_path / "spec") / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if not r["is_warmup"] and r["ok"]]
+    assert measured and all(r["draft_tokens"] and r["accepted_draft_tokens"] <= r["draft_tokens"] for r in measured)
+    shaped = bench("sweep", "--engine", "vllm", "--scenario", "structured", "--concurrency", "2", "--requests", "6",
+                   "--engine-arg", "max-model-len=2048", "--no-report", "--out", str(tmp_path / "json"), timeout=900)
+    assert shaped.returncode == 0, shaped.stderr
+    (summary,) = read_run(only_run_dir(tmp_path / "json")).summaries
+    assert summary.validity is not None and summary.validity.n == 6 and summary.validity.valid == 1.0
