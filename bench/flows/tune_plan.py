@@ -39,11 +39,12 @@ class TuneConfig:
 
 
 def parse_grids(grids: list[str]) -> list[TuneConfig]:
-    """`KEY=V1,V2` for each `--grid`: every combination, in the order given."""
+    """`KEY=V1,V2` for each `--grid`: every combination, in the order given. Values holding commas (vLLM's
+    --speculative-config) are given as a JSON list: `speculative-config=[{"method": "ngram", ...}, ...]`."""
     axes: list[tuple[str, list[str]]] = []
     for grid in grids:
         key, text = key_value(grid)
-        values = listed(text)
+        values = _json_values(grid, text) if text.lstrip().startswith("[") else listed(text)
         if not key or not values:
             raise TuneError(f"--grid {grid}: expected KEY=V1,V2,... (an engine argument and its values), e.g. "
                             "max-num-seqs=16,64,256")
@@ -53,6 +54,18 @@ def parse_grids(grids: list[str]) -> list[TuneConfig]:
     return [TuneConfig(_name(dict(zip([k for k, _ in axes], combo, strict=True))),
                        dict(zip([k for k, _ in axes], combo, strict=True)))
             for combo in itertools.product(*(values for _, values in axes))]
+
+
+def _json_values(grid: str, text: str) -> list[str]:
+    """A grid's values written as a JSON list, each as the engine's flag takes it (a mapping as JSON)."""
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TuneError(f"--grid {grid[:120]}: a value list that starts with [ must be a JSON list ({exc.msg})") \
+            from None
+    if not isinstance(values, list) or not values:
+        raise TuneError(f"--grid {grid[:120]}: expected a non-empty JSON list of values")
+    return [_text(value) for value in values]
 
 
 def read_configs(path: Path) -> list[TuneConfig]:

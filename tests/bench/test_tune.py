@@ -32,6 +32,17 @@ def test_grids_are_every_combination_in_the_order_given() -> None:
         with_default([TuneConfig("default", {"max-num-seqs": "8"})])
 
 
+def test_a_grid_of_values_holding_commas_is_a_json_list() -> None:
+    """vLLM's --speculative-config is JSON: speculation off (the default) against two draft lengths, by --grid."""
+    configs = parse_grids(['speculative-config=[{"method": "ngram", "num_speculative_tokens": 2}, '
+                           '{"method": "ngram", "num_speculative_tokens": 4}]', "max-num-seqs=8"])
+    assert [c.args["speculative-config"] for c in configs] == ['{"method": "ngram", "num_speculative_tokens": 2}',
+                                                              '{"method": "ngram", "num_speculative_tokens": 4}']
+    assert all(c.args["max-num-seqs"] == "8" for c in configs)
+    with pytest.raises(TuneError, match="must be a JSON list"):
+        parse_grids(["speculative-config=[{method: ngram}]"])
+
+
 @pytest.mark.parametrize(("grids", "message"), [
     (["max-num-seqs="], "--grid max-num-seqs=: expected KEY=V1,V2,..."),
     (["=8,16"], "--grid =8,16: expected KEY=V1,V2,..."),

@@ -165,7 +165,12 @@ def test_the_engine_cuts_a_prompt_beside_decodes_by_the_cost_it_measured() -> No
     engine = LLMEngine(resolve_model("dummy:tiny"), EngineConfig(num_kv_blocks=512, max_model_len=4096,
                                                                  min_prefill_chunk_tokens=1, min_prefill_share=0.0))
     learned = engine.warm_up()
-    assert learned is not None and engine.stats().num_generation_tokens == 0 == engine.stats().num_requests_added
+    for _ in range(5):  # dummy:tiny's steps are so short that a noisy moment can fit prompt tokens as free
+        if learned is not None and learned.prefill_token_ms > 0:
+            break
+        learned = engine.warm_up()
+    assert learned is not None and learned.prefill_token_ms > 0
+    assert engine.stats().num_generation_tokens == 0 == engine.stats().num_requests_added
     params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
     for i in range(6):
         engine.add_request(f"d{i}", [10 + i] * 20, params)
