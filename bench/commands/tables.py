@@ -282,16 +282,20 @@ def tune_table(results: list[ConfigResult], chosen: ConfigResult | None, default
     from bench.flows.tune_ranking import accuracy_note
 
     graded = any(r.accuracy is not None for r in results)
-    for name in ("configuration", "status", "capacity", "out tok/s at capacity", "$/1M out tok", "ready s",
+    nodes = any(r.node for r in results)
+    for name in ("configuration", "status", *(["node"] if nodes else []), "capacity", "out tok/s at capacity",
+                 "$/1M out tok", "ready s",
                  "TTFT p50 lowest load", "peak out tok/s", "vs default", *(["accuracy"] if graded else []), "note"):
-        table.add_column(name, justify="left" if name in ("configuration", "status", "note") else "right")
+        table.add_column(name, justify="left" if name in ("configuration", "status", "node", "note") else "right")
     footnotes = Footnotes()
     for r in results:
         mark = " *" if chosen is not None and r.name == chosen.name else ""
         accuracy = [f"{r.accuracy.accuracy:.1%}" if r.accuracy else "-"] if graded else []
         note = footnotes.mark([n for n in (r.busy, accuracy_note(r, default, min_accuracy)) if n])
-        table.add_row(r.name + mark, r.status.split(":")[0], _fmt(r.capacity_load, 1), _fmt(r.output_tokens_per_s),
-                      _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s), _fmt(r.ttft_p50_ms_lowest_load),
+        node = [r.node or "-"] if nodes else []
+        table.add_row(r.name + mark, r.status.split(":")[0], *node, _fmt(r.capacity_load, 1),
+                      _fmt(r.output_tokens_per_s), _fmt(r.usd_per_m_output_tokens, 2), _fmt(r.time_to_ready_s),
+                      _fmt(r.ttft_p50_ms_lowest_load),
                       _fmt(r.peak_output_tokens_per_s), _against(r, default, objective), *accuracy, note)
     return footnotes.under(table)
 

@@ -3,6 +3,7 @@
     bench tune --engine reference --grid max-num-seqs=8,32 --grid max-num-batched-tokens=512,2048
     bench tune --engine vllm --configs configs.yaml --objective cost
     bench tune --resume runs/tune-20261201T170000Z-reference
+    bench tune --engine vllm --grid max-num-seqs=64,256 --cluster 10.0.0.1:6379 --gpus-per-config 1
 
 A thin shell over `bench.flows.tune.run_tune`, which runs each configuration's sweep inside the tune folder and
 writes the tune's table, chart and report when the last one ends; this prints what it says and the outcome.
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from bench.commands import stopping
-from bench.commands.console import console, errors, fail
+from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags
 from bench.commands.helptext import examples
 
@@ -59,6 +60,14 @@ def tune(
                                               help="With a graded workload (e.g. --scenario quality): a "
                                                    "configuration whose accuracy interval lies below this share "
                                                    "can't be the best."),
+    cluster: str | None = typer.Option(None, metavar="ADDRESS",
+                                       help="A Ray cluster (auto, HOST:PORT or ray://HOST:PORT): each configuration "
+                                            "runs on a node Ray places it on, engine and load together, side by "
+                                            "side up to what the cluster holds."),
+    gpus_per_config: float = typer.Option(0, min=0, metavar="K", help="With --cluster: the GPUs each configuration "
+                                                                      "asks of its node."),
+    cpus_per_config: float = typer.Option(1, min=0, metavar="N", help="With --cluster: the CPU cores each "
+                                                                      "configuration asks of its node."),
 ) -> None:
     """Measure each configuration of one engine in turn, and mark the best.
 
@@ -69,12 +78,15 @@ def tune(
     from bench.flows.tune import TuneAsk, TuneError, run_tune
 
     try:
-        outcome = run_tune(flags, TuneAsk(grid, configs, objective, concurrency, rate, min_accuracy),
-                           RichTuneWatcher())
+        outcome = run_tune(flags, TuneAsk(grid, configs, objective, concurrency, rate, min_accuracy, cluster,
+                                          gpus_per_config, cpus_per_config), RichTuneWatcher())
     except (TuneError, ValueError) as exc:
         fail(str(exc))
     if outcome.interrupted:
-        errors.print(f"[yellow]interrupted:[/] go on with bench tune --resume {outcome.plan.folder}")
+        from rich.markup import escape
+
+        again = escape(f"bench tune --resume {outcome.plan.folder}" + (f" --cluster {cluster}" if cluster else ""))
+        errors.print(f"[yellow]interrupted:[/] go on with {again}", markup=True, highlight=False)
         raise typer.Exit(stopping.exit_code())
     _show(outcome)
     if outcome.exit_code:
@@ -88,6 +100,8 @@ def _show(outcome: TuneOutcome) -> None:
     plan = outcome.plan
     console.print(tune_table(list(outcome.results), outcome.chosen, outcome.default, plan.objective,
                              plan.min_accuracy))
+    if outcome.hardware_note:
+        warn(outcome.hardware_note)
     if outcome.chosen is not None and outcome.decision is not None:
         console.print(f"best by {plan.objective}: {outcome.chosen.name} (of {outcome.num_tried} tried); the decision "
                       f"with it: {outcome.decision}", highlight=False, soft_wrap=True)

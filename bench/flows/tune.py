@@ -18,8 +18,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.flows import measure
+from bench.flows.tune_cluster import Placer, run_placed
 from bench.flows.tune_plan import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
-from bench.flows.tune_ranking import ConfigResult, accuracy_note, best, config_result, objective_figure, pareto_front
+from bench.flows.tune_ranking import (
+    ConfigResult,
+    accuracy_note,
+    best,
+    config_result,
+    hardware_note,
+    objective_figure,
+    pareto_front,
+)
 from bench.inputs.flag_text import given_flags
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
@@ -37,6 +46,9 @@ class TuneAsk:
     concurrency: str | None = None
     rate: str | None = None
     min_accuracy: float | None = None
+    cluster: str | None = None  # a Ray cluster's address: each configuration on a node of its own
+    gpus_per_config: float = 0
+    cpus_per_config: float = 1
 
 
 class TuneWatcher(measure.JobWatcher, Protocol):
@@ -63,19 +75,35 @@ class TuneOutcome:
     decision: Path | str | None = None  # the best's decision report, or why it was not written; None: no best
     num_failed: int = 0
     interrupted: bool = False
+    hardware_note: str | None = None  # the configurations were measured on different hardware
 
     @property
     def exit_code(self) -> int:
         return 1 if self.num_failed else 0
 
 
-def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher) -> TuneOutcome:
+def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher, placer: Placer | None = None) -> TuneOutcome:
     """A tune begun or resumed, each configuration measured, the tune reported. Raises TuneError (a ValueError)
     naming the flag for what can't be tuned; Ctrl-C during a configuration saves where it was and returns an
-    interrupted outcome."""
-    plan, flags, levels = open_tune(flags, ask)
+    interrupted outcome. With `ask.cluster` (or a `placer`), the configurations run side by side where the
+    placer puts them."""
+    if ask.cluster is None and placer is None and (ask.gpus_per_config, ask.cpus_per_config) != (0, 1):
+        raise TuneError("--gpus-per-config and --cpus-per-config say what each configuration asks of a cluster's "
+                        "node; give --cluster ADDRESS with them")
+    if placer is None and ask.cluster is not None:
+        from bench.flows.tune_ray import RayPlacer
+
+        placer = RayPlacer(ask.cluster, ask.gpus_per_config, ask.cpus_per_config)  # a cluster refused: no folder
+    try:
+        plan, flags, levels = open_tune(flags, ask)
+    except BaseException:
+        if placer is not None:
+            placer.close()
+        raise
     watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
               f"({', '.join(e.config.name for e in plan.entries)})")
+    if placer is not None:
+        return _run_on_cluster(plan, ask, watch, placer)
     num_failed = 0
     for entry in plan.entries:
         if entry.status == "complete":
@@ -84,9 +112,24 @@ def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher) -> TuneOutco
                 _report(entry.config.name, plan.folder / entry.run_dir, watch)  # stopped before its report
             continue
         try:
-            num_failed += not _measure(plan, entry, flags, levels, watch)
+            num_failed += not measure_config(plan, entry, flags, levels, watch)
         except KeyboardInterrupt:
             return TuneOutcome(plan, interrupted=True)
+    return dataclasses.replace(_finish(plan), num_failed=num_failed)
+
+
+def _run_on_cluster(plan: Tune, ask: TuneAsk, watch: TuneWatcher, placer: Placer) -> TuneOutcome:
+    """Every configuration not yet complete on a node of the cluster, side by side (bench.flows.tune_cluster)."""
+    watch.say(f"placing {sum(e.status != 'complete' for e in plan.entries)} configurations on the cluster at "
+              f"{ask.cluster or 'hand'}, each asking for {ask.gpus_per_config:g} GPUs and {ask.cpus_per_config:g} "
+              "CPUs")
+    try:
+        num_failed = run_placed(plan, placer, watch.say, watch.failed)
+    except KeyboardInterrupt:
+        return TuneOutcome(plan, interrupted=True)
+    for entry in plan.entries:  # a report a node could not write is written here
+        if entry.status == "complete" and entry.run_dir and not (plan.folder / entry.run_dir / "report.json").is_file():
+            _report(entry.config.name, plan.folder / entry.run_dir, watch)
     return dataclasses.replace(_finish(plan), num_failed=num_failed)
 
 
@@ -98,7 +141,7 @@ def open_tune(flags: MeasureFlags, ask: TuneAsk) -> tuple[Tune, MeasureFlags, Lo
                         "so it always writes them; drop --no-report")
     if flags.resume:
         plan = _resumed(flags, ask)
-        flags, concurrency, rate = _settings_back(plan.settings)
+        flags, concurrency, rate = settings_back(plan.settings)
     else:
         plan, concurrency, rate = _fresh(flags, ask), ask.concurrency, ask.rate
     return plan, flags, LoadOverrides(concurrency=concurrency, rate=rate)
@@ -140,7 +183,8 @@ def _fresh(flags: MeasureFlags, ask: TuneAsk) -> Tune:
     return plan
 
 
-def _measure(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides, watch: TuneWatcher) -> bool:
+def measure_config(plan: Tune, entry: TuneEntry, flags: MeasureFlags, levels: LoadOverrides,
+                   watch: TuneWatcher) -> bool:
     """One configuration's sweep (resumed if it was interrupted), its report, and its state in tune.json.
     Ctrl-C saves it as interrupted and goes on up."""
     watch.configuration(entry.config.name)
@@ -197,7 +241,7 @@ def _settings(flags: MeasureFlags, concurrency: str | None, rate: str | None) ->
     return {"flags": as_text, "out": str(flags.out), "concurrency": concurrency, "rate": rate}
 
 
-def _settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
+def settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
     """`_settings`' JSON back into the flags it was made from."""
     values = dict(settings.get("flags", {}))
     for name in ("tokenizer", "dataset"):
@@ -243,12 +287,14 @@ def _finish(plan: Tune) -> TuneOutcome:
                         for r in results], "best": chosen.name if chosen else None, "min_accuracy": plan.min_accuracy,
             "num_tried": num_tried,
             "pareto_front": [{"config": name, "tokens_per_s_per_user": x, "tokens_per_s_per_gpu": y}
-                             for name, x, y in front], "verdict": _verdict(plan.folder, chosen)}
+                             for name, x, y in front], "verdict": _verdict(plan.folder, chosen),
+            "hardware_note": hardware_note(results), "nodes": any(r.node for r in results)}
     report = write_tune_report(data, plan.folder / "tune.html")
     decision = None
     if chosen is not None and chosen.run_dir is not None:
         decision = _decision_report(plan, chosen, chosen.run_dir, num_tried, default)
-    return TuneOutcome(plan, tuple(results), chosen, default, num_tried, report, decision)
+    return TuneOutcome(plan, tuple(results), chosen, default, num_tried, report, decision,
+                       hardware_note=data["hardware_note"])
 
 
 def _decision_report(plan: Tune, chosen: ConfigResult, run_dir: str, num_tried: int,

@@ -111,6 +111,7 @@ class TuneEntry:
     config: TuneConfig
     run_dir: str | None = None  # relative to the tune folder
     status: str = "pending"  # pending, complete, interrupted, failed: REASON
+    node: str | None = None  # the cluster node it ran on (bench tune --cluster); None: where bench ran
 
 
 @dataclass
@@ -128,7 +129,8 @@ class Tune:
     def save(self) -> None:
         data = {"engine": self.engine, "objective": self.objective, "created_at": self.created_at,
                 "settings": self.settings, "min_accuracy": self.min_accuracy,
-                "configs": [{**asdict(e.config), "run_dir": e.run_dir, "status": e.status} for e in self.entries]}
+                "configs": [{**asdict(e.config), "run_dir": e.run_dir, "status": e.status,
+                             **({"node": e.node} if e.node else {})} for e in self.entries]}
         temporary = self.folder / (TUNE_FILE + ".tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n")
         temporary.replace(self.folder / TUNE_FILE)  # never a half-written tune.json
@@ -141,7 +143,8 @@ class Tune:
         try:
             data = json.loads(path.read_text())
             entries = [TuneEntry(TuneConfig(c["name"], c["args"]), _run_dir_inside(folder, c.get("run_dir"), i),
-                                 c.get("status", "pending")) for i, c in enumerate(data["configs"])]
+                                 c.get("status", "pending"), _text_or_none(c.get("node")))
+                       for i, c in enumerate(data["configs"])]
             return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
                        data.get("min_accuracy"), data["created_at"])
         except UnsafeNameError as error:
@@ -157,6 +160,10 @@ def _run_dir_inside(folder: Path, run_dir: object, index: int) -> str | None:
         return None
     inside(folder, str(run_dir), f"{TUNE_FILE} configs[{index}].run_dir")
     return str(run_dir)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)[:200]
 
 
 def check_objective(objective: str) -> str:

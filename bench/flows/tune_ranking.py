@@ -6,11 +6,13 @@ ready; the best by the objective, and the Pareto front of per-user speed against
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.flows.tune_plan import TuneEntry
 from bench.run.rundir import Run, RunDirError, read_run
+from bench.run.runinfo import HostRecord
 from common.accuracy import Accuracy
 from loadgen.metrics import MAX_OUTSIDE_CORES
 
@@ -33,11 +35,13 @@ class ConfigResult:
     why_no_point: str | None = None
     busy: str | None = None  # levels that shared the machine with other work, said as the level notes say it
     accuracy: Accuracy | None = None  # a graded workload (e.g. --scenario quality): its answers, all levels pooled
+    node: str | None = None  # the cluster node it ran on (bench tune --cluster)
+    hardware: str | None = None  # what it was measured on: CPU, cores, GPUs and their driver
 
 
 def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
     """What the configuration's run measured, as its own report judged it."""
-    base = ConfigResult(entry.config.name, entry.config.args, entry.status, entry.run_dir)
+    base = ConfigResult(entry.config.name, entry.config.args, entry.status, entry.run_dir, node=entry.node)
     if entry.run_dir is None:
         return base
     run_dir = tune_folder / entry.run_dir
@@ -46,11 +50,11 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         run: Run | None = read_run(run_dir)
     except RunDirError:
         run = None
+    base = replace(base, hardware=hardware_of(run.info.hardware) if run is not None else None)
     ready = run.info.engine.details.time_to_ready_s if run is not None else None
     busy = busy_note(run) if run is not None else None
     if not report_path.is_file():
-        return ConfigResult(**{**asdict(base), "time_to_ready_s": ready, "why_no_point": "no report was written",
-                               "busy": busy})
+        return replace(base, time_to_ready_s=ready, why_no_point="no report was written", busy=busy)
     report = json.loads(report_path.read_text())
     engine = report["engines"][0]  # one engine: the configuration's
     point = engine.get("operating_point") or {}
@@ -69,7 +73,30 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         (first.get("ttft_ms") or {}).get("p50"), max((lv.get("output_tokens_per_s") or 0 for lv in levels),
                                                      default=None),
         curve, engine.get("no_operating_point_reason"), busy, Accuracy(**engine["accuracy"]) if engine.get("accuracy")
-        else None)
+        else None, base.node, base.hardware)
+
+
+def hardware_of(host: HostRecord | None) -> str | None:
+    """The hardware a run was measured on, as one line that two runs on like machines share (no host name)."""
+    if host is None:
+        return None
+    parts = [f"{host.cpu_model or 'unknown CPU'} x{host.cpus_usable or host.cpu_cores or '?'}"]
+    gpus = Counter(f"{gpu.name} (driver {gpu.driver or '?'})" for gpu in host.gpus or [])
+    parts += [f"{count}x {name}" for name, count in sorted(gpus.items())]
+    return ", ".join(parts)
+
+
+def hardware_note(results: list[ConfigResult]) -> str | None:
+    """A warning when the configurations measured were measured on different hardware: their figures then
+    differ by the machine as well as by the configuration."""
+    by_hardware: dict[str, list[str]] = {}
+    for result in results:
+        if result.hardware is not None:
+            by_hardware.setdefault(result.hardware, []).append(result.name)
+    if len(by_hardware) < 2:
+        return None
+    return ("measured on different hardware, so ranked with care: "
+            + "; ".join(f"{', '.join(names)} on {hardware}" for hardware, names in by_hardware.items()))
 
 
 def busy_note(run: Run) -> str | None:

@@ -1,0 +1,104 @@
+"""The process that measures one tune configuration on a cluster's node (started by
+`bench.flows.tune_node.NodeRun`, never by hand):
+
+    python -m bench.commands.tune_node STAGING PARENT_PID
+
+STAGING holds spec.json (the configuration and the tune's settings) and, for an interrupted configuration,
+its run directory. The configuration is measured there as `bench tune` measures each one, its state kept in
+STAGING/tune.json; what it says goes to stdout, line by line. It dies with PARENT_PID (the node's end of the
+driver): the kernel's tie, and a thread that stops the sweep (and so its engine) when the parent is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+from bench.commands import stopping
+from bench.flows.measure import Job
+from bench.flows.sweep import SweepProgress
+from bench.flows.tune import measure_config, settings_back
+from bench.flows.tune_node import SPEC_FILE
+from bench.flows.tune_plan import Tune, TuneConfig, TuneEntry
+from bench.inputs.options import LoadOverrides
+from common.processes import tie_to_parent
+from loadgen.arrivals import Level
+from loadgen.runner import LevelBounds
+from loadgen.types import LevelSummary, RequestRecord
+
+PARENT_POLL_S = 0.5
+
+
+class _LevelLines:
+    """A sweep's progress as a line when each level starts and ends."""
+
+    def level_started(self, level: Level, bounds: LevelBounds) -> None:
+        print(f"level {level.label} started", flush=True)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        pass
+
+    def level_finished(self, summary: LevelSummary | None) -> None:
+        if summary is not None:
+            print(f"level {summary.level} ended: {summary.requests.num_ok} requests, "
+                  f"{summary.throughput.output_tokens_per_s:.1f} output tokens/s", flush=True)
+
+
+class _Lines:
+    """A tune watcher that says everything as plain lines on stdout, for the driver to relay."""
+
+    def progress(self, job: Job) -> AbstractContextManager[SweepProgress | None]:
+        return nullcontext(_LevelLines())
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def failed(self, engine: str, reason: str) -> None:
+        print(f"{engine} failed: {reason}", flush=True)
+
+    def configuration(self, name: str) -> None:
+        print(f"measuring {name} on pid {os.getpid()}", flush=True)
+
+    def warn(self, line: str) -> None:
+        print(f"warning: {line}", flush=True)
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """SIGTERM to this process once `parent` is gone (stopping turns it into Ctrl-C), SIGKILL if that fails."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    staging_text, parent_text = argv or sys.argv[1:]
+    tie_to_parent(int(parent_text))
+    _stop_when_orphaned(int(parent_text))
+    stopping.install()
+    staging = Path(staging_text)
+    spec = json.loads((staging / SPEC_FILE).read_text())
+    entry = TuneEntry(TuneConfig(spec["config"]["name"], spec["config"]["args"]), spec.get("run_dir"),
+                      spec.get("status", "pending"))
+    plan = Tune(staging, spec["engine"], spec["objective"], [entry], spec["settings"], spec.get("min_accuracy"))
+    plan.save()
+    flags, concurrency, rate = settings_back(plan.settings)
+    try:
+        measured = measure_config(plan, entry, flags, LoadOverrides(concurrency=concurrency, rate=rate), _Lines())
+    except KeyboardInterrupt:
+        return stopping.exit_code()
+    return 0 if measured else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""One tune configuration run on a node of a cluster, and its run directory shipped back in pieces.
+
+Contract: `NodeRun(staging, spec, files, node)` starts the configuration's sweep on this machine (a child
+process, `python -m bench.commands.tune_node STAGING PARENT_PID`, tied to this process so that it, and the
+engine it launches with its lifeline, never outlives it). `poll()` returns a `Shipment`: the lines the sweep
+said since the last poll and, each time a level has ended (and once more when the sweep ends), the pieces of
+its run directory that changed. The driver writes the pieces into its tune folder, so a lost node loses at
+most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would (its run saved as interrupted);
+`close()` ends it for sure and removes the staging folder.
+
+`spec` is what the node needs to know, in JSON: the engine, the objective, the tune's settings (every
+configuration's measuring flags), the configuration, and (to go on with an interrupted one) its run
+directory's name and state, whose files come in `files` (path in the run directory -> bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.names import UnsafeNameError, inside
+
+SPEC_FILE = "spec.json"
+LOG_FILE = "node.log"
+LEVELS_FILE = "levels.jsonl"
+APPENDED = (".jsonl", ".log")  # files that only grow while a run writes them: shipped as their new bytes
+PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scenarios", "scripted")
+LINE_LIMIT = 4_000  # characters of one said line kept; a line is the node's, and goes to the driver's screen
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """Bytes of one file of the run directory: written at `offset` (0: the file anew), the file then ends there."""
+
+    path: str  # relative to the run directory, `/`-separated
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """What a node has to say since its last poll."""
+
+    node: str
+    lines: tuple[str, ...] = ()
+    run_dir: str | None = None  # the run directory's name, once it exists
+    pieces: tuple[FilePiece, ...] = ()
+    status: str | None = None  # the configuration's state once its sweep has ended: complete, interrupted, failed: ...
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """What the driver has of one file: its first `size` bytes (their digest), as the file was then."""
+
+    size: int
+    digest: bytes
+    stat: tuple[int, int]  # (size, mtime_ns) of the file when shipped whole; a file shipped in part is read again
+
+    @classmethod
+    def of(cls, before: os.stat_result, data: bytes, size: int) -> _Shipped:
+        """`size` bytes of `data` shipped, read from a file whose stat was `before` just before it was read."""
+        whole = size == len(data) == before.st_size
+        return cls(size, hashlib.blake2b(data[:size]).digest(),
+                   (before.st_size, before.st_mtime_ns) if whole else (-1, -1))
+
+    def unchanged(self, path: Path) -> bool:
+        stat = path.stat()
+        return self.stat == (stat.st_size, stat.st_mtime_ns)
+
+    def is_prefix_of(self, data: bytes) -> bool:
+        return 0 < self.size <= len(data) and hashlib.blake2b(data[:self.size]).digest() == self.digest
+
+
+class Pieces:
+    """What the driver has of each file of a run directory, and the pieces that bring it up to date."""
+
+    def __init__(self) -> None:
+        self._shipped: dict[str, _Shipped] = {}
+
+    def have(self, relative: str, path: Path, data: bytes) -> None:
+        """The driver has `data` as this file (it sent it to go on with)."""
+        self._shipped[relative] = _Shipped.of(path.stat(), data, len(data))
+
+    def any(self) -> bool:
+        return bool(self._shipped)
+
+    def changed(self, run_dir: Path) -> list[FilePiece]:
+        """Each file of the run directory that changed since it was last shipped: its new bytes."""
+        pieces = []
+        for path in sorted(run_dir.rglob("*")):
+            if not path.is_file() or path.is_symlink() or path.name.endswith(".tmp"):
+                continue
+            relative = path.relative_to(run_dir).as_posix()
+            shipped = self._shipped.get(relative)
+            if shipped is not None and shipped.unchanged(path):
+                continue
+            before = path.stat()
+            data = path.read_bytes()
+            # New bytes after what was shipped, if the file only grew since (a resumed run rewrites its records)
+            appended = path.name.endswith(APPENDED) and shipped is not None and shipped.is_prefix_of(data)
+            offset = shipped.size if appended and shipped is not None else 0
+            end = len(data)
+            if path.name.endswith(".jsonl"):  # a record still being written goes in the next piece
+                end = offset + data[offset:].rfind(b"\n") + 1
+            pieces.append(FilePiece(relative, offset, data[offset:end]))
+            self._shipped[relative] = _Shipped.of(before, data, end)
+        return pieces
+
+
+class NodeRun:
+    """A configuration's sweep on this node (see the module's contract)."""
+
+    def __init__(self, staging: Path, spec: dict[str, Any], files: dict[str, bytes], node: str) -> None:
+        self.staging, self.node = staging, node
+        self.run_name: str | None = spec.get("run_dir")
+        self.pieces = Pieces()
+        self._levels_size = -1
+        self._log_offset = 0
+        self._ended = False
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / SPEC_FILE).write_text(json.dumps(spec))
+        if self.run_name:  # an interrupted configuration goes on from its files
+            run_dir = inside(staging, self.run_name, "the run directory to resume")
+            for relative, data in files.items():
+                target = safe_path(run_dir, relative)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                self.pieces.have(relative, target, data)  # the driver has them already
+        self._log = (staging / LOG_FILE).open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.commands.tune_node", str(staging), str(os.getpid())],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=_child_env())
+
+    def poll(self) -> Shipment:
+        """The lines said since the last poll and, once a level has ended or the sweep has, what changed."""
+        ended = self.process.poll() is not None
+        lines = self._new_lines()
+        run_dir = self._run_dir()
+        pieces: tuple[FilePiece, ...] = ()
+        if run_dir is not None:
+            levels = run_dir / LEVELS_FILE
+            size = levels.stat().st_size if levels.is_file() else 0
+            if ended or size != self._levels_size or not self.pieces.any():
+                self._levels_size = size
+                pieces = tuple(self.pieces.changed(run_dir))
+        status = self._status() if ended else None
+        self._ended = ended
+        return Shipment(self.node, lines, run_dir.name if run_dir else None, pieces, status)
+
+    def stop(self) -> None:
+        """As Ctrl-C: the sweep stops its engine and saves its run as interrupted."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+
+    def close(self, grace_s: float = 30.0) -> None:
+        """The sweep ended for sure (SIGINT, then SIGKILL after `grace_s`), and the staging folder removed."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _new_lines(self) -> tuple[str, ...]:
+        path = self.staging / LOG_FILE
+        with path.open("rb") as log:
+            log.seek(self._log_offset)
+            data = log.read()
+        cut = data.rfind(b"\n") + 1 if not self._ended and self.process.poll() is None else len(data)
+        self._log_offset += cut
+        return tuple(line[:LINE_LIMIT] for line in data[:cut].decode(errors="replace").splitlines() if line.strip())
+
+    def _run_dir(self) -> Path | None:
+        if self.run_name:
+            return self.staging / self.run_name
+        made = [p for p in self.staging.iterdir() if p.is_dir() and not p.is_symlink()]
+        if len(made) == 1:
+            self.run_name = made[0].name
+            return made[0]
+        return None
+
+    def _status(self) -> str:
+        """The configuration's state as the node's sweep saved it, or why it ended without saying."""
+        try:
+            (entry,) = json.loads((self.staging / "tune.json").read_text())["configs"]
+            status = str(entry["status"])
+        except (OSError, ValueError, KeyError, TypeError):
+            status = "pending"
+        if status != "pending":
+            return status
+        if self.process.returncode in (130, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
+            return "interrupted"
+        tail = " | ".join((self.staging / LOG_FILE).read_text(errors="replace").strip().splitlines()[-5:])
+        return f"failed: the node's sweep exited with code {self.process.returncode}: {tail[-600:]}"
+
+
+def safe_path(root: Path, relative: str) -> Path:
+    """`root / relative` for a path a node sent: plain names inside `root` only (no `..`, no absolute path, no
+    link followed out of it); else UnsafeNameError naming it."""
+    parts = relative.split("/")
+    if not relative or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+        raise UnsafeNameError(f"a shipped file: {relative[:120]!r} is not a plain path inside the run directory")
+    path = root.joinpath(*parts)
+    if not path.resolve().is_relative_to(root.resolve()) or any(p.is_symlink() for p in path.parents
+                                                                 if p.is_relative_to(root)):
+        raise UnsafeNameError(f"a shipped file: {relative[:120]!r} leads outside the run directory")
+    return path
+
+
+def package_roots() -> list[str]:
+    """The folders our packages are loaded from (on a cluster, the driver's code shipped with the job: one
+    folder each)."""
+    roots = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            if (root := str(Path(location).resolve().parent)) not in roots:
+                roots.append(root)
+    return roots
+
+
+def package_folders() -> list[str]:
+    """Each of our packages' own folder, as a cluster job ships them."""
+    folders = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        folders += [str(Path(location).resolve()) for location in (spec.submodule_search_locations or [])][:1] \
+            if spec else []
+    return folders
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment, with our packages' folders first on the path."""
+    existing = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*package_roots(), *([existing] if existing else [])])}

@@ -1,0 +1,131 @@
+"""Tune configurations placed by Ray (`bench tune --cluster ADDRESS`): each one a Ray actor that asks for what
+the configuration needs (`--gpus-per-config K` GPUs, `--cpus-per-config N` cores) and runs its sweep on the node
+Ray gives it (`bench.flows.tune_node.NodeRun`), the engine and the load on that one node.
+
+Every node needs the toolkit's dependencies in the driver's Python version (`pip install
+'llm-selfhost-bench[ray,reference]'`, or the extras of the engine tuned); our own packages are sent from the
+driver with the job, so the nodes run the driver's code. The actors belong to the driver: `close` kills them,
+and Ray kills them if the driver dies; each one's sweep, and the engine it launched, dies with its actor.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.flows.tune_cluster import NodeLost
+from bench.flows.tune_node import NodeRun, Shipment, package_folders
+from bench.flows.tune_plan import TuneError
+
+INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]' (and the engine's extra, e.g. [reference]) on every node"
+
+
+class _ConfigActor:
+    """One configuration on the node Ray placed it on."""
+
+    def __init__(self, spec: dict[str, Any], files: dict[str, bytes]) -> None:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        node = f"{socket.gethostname()} {ray.util.get_node_ip_address()} ({node_id[:8]})"
+        self.run = NodeRun(Path(tempfile.mkdtemp(prefix="bench-tune-")), spec, files, node)
+
+    def poll(self) -> Shipment:
+        return self.run.poll()
+
+    def stop(self) -> None:
+        self.run.stop()
+
+    def close(self) -> None:
+        self.run.close()
+
+
+class RayPlacer:
+    """A `bench.flows.tune_cluster.Placer` on the Ray cluster at `address`."""
+
+    def __init__(self, address: str, gpus_per_config: float = 0, cpus_per_config: float = 1) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise TuneError(f"--cluster {address}: the ray package is not installed in this environment; "
+                            f"{INSTALL_HINT}") from None
+        self.ray, self.address = ray, address
+        try:
+            ray.init(address=address, runtime_env={"py_modules": package_folders()}, log_to_driver=False,
+                     logging_level="WARNING")
+        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
+            raise TuneError(f"--cluster {address}: could not join the Ray cluster there ({type(exc).__name__}: "
+                            f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") \
+                from None
+        try:
+            _check_room(ray, address, gpus_per_config, cpus_per_config)
+        except TuneError:
+            ray.shutdown()
+            raise
+        self.actor = ray.remote(_ConfigActor).options(num_cpus=cpus_per_config, num_gpus=gpus_per_config,
+                                                      max_restarts=0, max_task_retries=0)
+        self.handles: list[_Handle] = []
+
+    def start(self, name: str, spec: dict[str, Any], files: dict[str, bytes]) -> _Handle:
+        handle = _Handle(name, self.actor.remote(spec, files))
+        self.handles.append(handle)
+        return handle
+
+    def poll(self, handle: _Handle) -> Shipment | None:
+        ray = self.ray
+        if handle.waiting is None:
+            handle.waiting = handle.actor.poll.remote()
+        ready, _ = ray.wait([handle.waiting], timeout=0)
+        if not ready:
+            return None
+        ref, handle.waiting = handle.waiting, None
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            raise NodeLost(f"its Ray actor died ({_first_line(str(exc))})") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise NodeLost(f"its node's poll failed ({_first_line(str(exc.cause))})") from None
+
+    def stop(self, handle: _Handle) -> None:
+        handle.actor.stop.remote()
+
+    def release(self, handle: _Handle) -> None:
+        try:
+            self.ray.get(handle.actor.close.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - a node already gone is what we want
+            pass
+        self._kill(handle)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            self._kill(handle)
+        self.ray.shutdown()
+
+    def _kill(self, handle: _Handle) -> None:
+        try:
+            self.ray.kill(handle.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - one already gone is what we want
+            pass
+
+
+class _Handle:
+    def __init__(self, name: str, actor: Any) -> None:
+        self.name, self.actor = name, actor
+        self.waiting: Any = None  # the poll asked and not yet answered
+
+
+def _check_room(ray: Any, address: str, gpus: float, cpus: float) -> None:
+    """A TuneError naming the flags when no node of the cluster could ever hold one configuration (Ray would
+    wait for one for ever)."""
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    if any(node.get("GPU", 0) >= gpus and node.get("CPU", 0) >= cpus for node in nodes):
+        return
+    have = "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no node"
+    raise TuneError(f"--gpus-per-config {gpus:g} --cpus-per-config {cpus:g}: no node of the cluster at {address} "
+                    f"has that much (its nodes: {have})")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no reason given"
