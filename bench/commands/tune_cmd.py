@@ -29,6 +29,8 @@ EXAMPLES = examples("bench tune --grid max-num-seqs=8,32 --grid max-num-batched-
                     "bench tune --engine vllm --configs configs.yaml --objective cost",
                     "bench tune --resume runs/tune-20261201T170000Z-reference")
 
+CLUSTER = "Across a Ray cluster"
+
 # Shared flags a tune has no use for: hidden from its help and refused with the reason
 # (bench.commands.flags.measure_command). bench.flows.tune checks the same for callers of run_tune.
 _ONE_ENGINE = ("a tune tries the configurations of one engine given by --engine KIND; {} would add engines of "
@@ -60,14 +62,15 @@ def tune(
                                               help="With a graded workload (e.g. --scenario quality): a "
                                                    "configuration whose accuracy interval lies below this share "
                                                    "can't be the best."),
-    cluster: str | None = typer.Option(None, metavar="ADDRESS",
+    cluster: str | None = typer.Option(None, metavar="ADDRESS", rich_help_panel=CLUSTER,
                                        help="A Ray cluster (auto, HOST:PORT or ray://HOST:PORT): each configuration "
                                             "runs on a node Ray places it on, engine and load together, side by "
                                             "side up to what the cluster holds."),
-    gpus_per_config: float = typer.Option(0, min=0, metavar="K", help="With --cluster: the GPUs each configuration "
-                                                                      "asks of its node."),
-    cpus_per_config: float = typer.Option(1, min=0, metavar="N", help="With --cluster: the CPU cores each "
-                                                                      "configuration asks of its node."),
+    gpus_per_config: float = typer.Option(0, min=0, metavar="K", rich_help_panel=CLUSTER,
+                                          help="With --cluster: the GPUs each configuration asks of its node."),
+    cpus_per_config: float = typer.Option(1, min=0, metavar="N", rich_help_panel=CLUSTER,
+                                          help="With --cluster: the CPU cores each configuration asks of its node "
+                                               "(its engine's threads: Ray sets OMP_NUM_THREADS to it)."),
 ) -> None:
     """Measure each configuration of one engine in turn, and mark the best.
 

@@ -84,6 +84,9 @@ def _stop_when_orphaned(parent: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     staging_text, parent_text = argv or sys.argv[1:]
     tie_to_parent(int(parent_text))
+    # A Ray worker blocks SIGINT in its threads, and a child inherits the mask: unblocked, or Ctrl-C on the driver
+    # would not stop this sweep (nor, inherited further, its engine).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     _stop_when_orphaned(int(parent_text))
     stopping.install()
     staging = Path(staging_text)

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.flows.tune_node import FilePiece, Shipment, safe_path
+from bench.flows.tune_node import LINE_LIMIT, FilePiece, Shipment, safe_path
 from bench.flows.tune_plan import Tune, TuneEntry
 from common.names import UnsafeNameError, inside
 
 POLL_S = 0.5
+NODE_LIMIT = 200  # characters of a node's name kept
 STOP_WAIT_S = 60.0  # after Ctrl-C, how long the nodes get to stop their engines and ship their last pieces
 
 
@@ -84,8 +85,9 @@ class _Shipper:
         """Files first, then the state, then what was said (a watcher may stop the tune on a line)."""
         entry = placed.entry
         placed.heard = True
-        placed_on = entry.node != shipment.node
-        entry.node = shipment.node
+        node = _plain(shipment.node, NODE_LIMIT)
+        placed_on = entry.node != node
+        entry.node = node
         if shipment.run_dir is not None and placed.local_name is None:
             placed.local_name = self._name_for(entry, shipment.run_dir)
             entry.run_dir = placed.local_name
@@ -98,9 +100,9 @@ class _Shipper:
             entry.status = shipment.status
         self.plan.save()
         if placed_on:
-            self.say(f"{entry.config.name}: running on {shipment.node}")
+            self.say(f"{entry.config.name}: running on {node}")
         for line in shipment.lines:
-            self.say(f"{entry.config.name}: {line}")
+            self.say(f"{entry.config.name}: {_plain(line, LINE_LIMIT)}")
 
     def _name_for(self, entry: TuneEntry, node_name: str) -> str:
         """The run directory's name in the tune folder: the node's, unless another configuration has it."""
@@ -144,7 +146,7 @@ def run_placed(plan: Tune, placer: Placer, say: Callable[[str], None],
             if entry.status != "interrupted" or not entry.run_dir:
                 entry.run_dir, entry.status = None, "pending"  # run afresh: an earlier failed run is not its figures
             files = _files_of(plan.folder / entry.run_dir) if entry.run_dir else {}
-            spec = {"engine": plan.engine, "objective": plan.objective, "settings": plan.settings,
+            spec = {"engine": plan.engine, "objective": plan.objective, "settings": _for_nodes(plan.settings),
                     "min_accuracy": plan.min_accuracy, "config": {"name": entry.config.name,
                                                                  "args": entry.config.args},
                     "run_dir": entry.run_dir, "status": entry.status}
@@ -157,6 +159,17 @@ def run_placed(plan: Tune, placer: Placer, say: Callable[[str], None],
     finally:
         placer.close()
     return sum(entry.status != "complete" for entry in plan.entries)
+
+
+def _for_nodes(settings: dict[str, Any]) -> dict[str, Any]:
+    """The tune's settings with each file a flag names made absolute: a node reads it at the same path (a shared
+    filesystem), not from its own working folder."""
+    flags = dict(settings.get("flags", {}))
+    for name in ("tokenizer", "dataset", "adapters_dir", "scenario", "model"):
+        value = flags.get(name)
+        if isinstance(value, str) and value and (name not in ("scenario", "model") or Path(value).exists()):
+            flags[name] = str(Path(value).resolve())
+    return {**settings, "flags": flags}
 
 
 def _follow(placed: list[_Placed], placer: Placer, shipper: _Shipper, failed: Callable[[str, str], None]) -> None:
@@ -192,8 +205,8 @@ def _follow(placed: list[_Placed], placer: Placer, shipper: _Shipper, failed: Ca
 def _stop_all(placed: list[_Placed], placer: Placer, shipper: _Shipper) -> None:
     """Ctrl-C: every node asked to stop, their last pieces written, each one not complete saved as interrupted."""
     running = [one for one in placed if not one.done and one.heard]  # one still waiting for room is not started
-    shipper.say(f"stopping the {len(running)} configurations running on their nodes")
     try:
+        shipper.say(f"stopping the {len(running)} configurations running on their nodes")
         for one in running:
             placer.stop(one.handle)
         deadline = time.monotonic() + STOP_WAIT_S
@@ -211,10 +224,16 @@ def _stop_all(placed: list[_Placed], placer: Placer, shipper: _Shipper) -> None:
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, end them now
         pass
-    for one in placed:
-        if not _ended(one.entry):
-            one.entry.status = "interrupted"
-    shipper.plan.save()
+    finally:
+        for one in placed:
+            if not _ended(one.entry):
+                one.entry.status = "interrupted"
+        shipper.plan.save()
+
+
+def _plain(text: str, limit: int) -> str:
+    """A node's words as one printable line (no terminal escape sequence reaches the driver's screen)."""
+    return "".join(c if c.isprintable() else " " for c in str(text)[:limit])
 
 
 def _ended(entry: TuneEntry) -> bool:

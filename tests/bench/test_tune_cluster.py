@@ -43,6 +43,8 @@ class Watch:
 
     def failed(self, engine: str, reason: str) -> None:
         self.failures.append((engine, reason))
+        if self.on_line is not None:
+            self.on_line(f"failed: {engine}")
 
     def configuration(self, name: str) -> None:
         pass
@@ -102,32 +104,35 @@ def test_a_grid_on_two_stand_in_nodes_ships_every_run_back_and_a_lost_node_resum
     assert (lost / "levels.jsonl").read_text().startswith(shipped_level)  # the shipped level kept as it was
     _check_complete(lost)
     report = json.loads((plan.folder / "tune-report.json").read_text())
-    assert report["best"] in ("default", "max-num-seqs=8") and report["nodes"]  # both batch the 2 users
+    assert report["best"] in by_name and report["nodes"]
     assert "| Node |" in (plan.folder / "tune.md").read_text()
     assert not list((tmp_path / "nodes").iterdir()) and not list((tmp_path / "nodes-again").iterdir())
     nodes = [h.run.process.pid for h in placer.handles + again.handles if h.run is not None]
     assert not any(is_running(pid) for pid in nodes) and _marked_by(nodes) == []  # the lost node's engine included
 
 
-def test_ctrl_c_stops_every_node_and_its_engine_and_saves_each_configuration_as_interrupted(tmp_path: Path) -> None:
+def test_a_failed_engine_fails_its_configuration_and_ctrl_c_stops_every_node_and_its_engine(tmp_path: Path) -> None:
     placer = LocalPlacer(slots=2, root=tmp_path / "nodes")
-    started: set[str] = set()
+    seen: set[str] = set()
 
-    def interrupt_once_both_measure(line: str) -> None:
-        if line.endswith("level c4 started"):
-            started.add(line.split(":")[0])
-            if len(started) == 2:
-                raise KeyboardInterrupt
+    def interrupt_once_one_failed_and_one_measures(line: str) -> None:
+        seen.update(what for what, said in (("measuring", "default: level c4 started"),
+                                            ("failed", "failed: max-num-seqz=4")) if line == said)
+        if seen == {"measuring", "failed"}:
+            seen.add("interrupted")  # once, as one Ctrl-C
+            raise KeyboardInterrupt
 
+    watch = Watch(interrupt_once_one_failed_and_one_measures)
     flags = MeasureFlags(**{**SHORT, "duration": 30.0}, out=tmp_path)
-    outcome = run_tune(flags, TuneAsk(grid=["max-num-seqs=2"], concurrency="4"), Watch(interrupt_once_both_measure),
-                       placer)
+    outcome = run_tune(flags, TuneAsk(grid=["max-num-seqz=4"], concurrency="4"), watch, placer)
     assert outcome.interrupted
-    entries = Tune.load(outcome.plan.folder).entries
-    assert [e.status for e in entries] == ["interrupted", "interrupted"]
-    for entry in entries:  # each node saved its run as interrupted, and it was shipped
-        assert json.loads((outcome.plan.folder / str(entry.run_dir) / "run.json").read_text())["status"] == \
-            "interrupted"
+    default, typo = Tune.load(outcome.plan.folder).entries
+    # The engine that did not start: its configuration failed with what the engine said, as on one machine
+    assert typo.status.startswith("failed: ") and "unrecognized arguments: --max-num-seqz 4" in typo.status
+    assert [name for name, _ in watch.failures] == ["max-num-seqz=4"]
+    # The one measuring was asked to stop as Ctrl-C would: its run saved as interrupted, and shipped
+    assert default.status == "interrupted", "\n".join(watch.lines)
+    assert json.loads((outcome.plan.folder / str(default.run_dir) / "run.json").read_text())["status"] == "interrupted"
     nodes = [h.run.process.pid for h in placer.handles if h.run is not None]
     assert len(nodes) == 2 and not any(is_running(pid) for pid in nodes)
     assert _marked_by(nodes) == []  # no engine a node launched is left

@@ -79,8 +79,9 @@ def test_a_ray_level_measures_the_programmed_truth_at_256_users(cluster, scripte
     assert [w["users"] for w in workers] == [128, 128]
     assert all(abs(w["clock_offset_ms"]) <= w["clock_uncertainty_ms"] + 0.05 for w in workers)  # one machine
     assert [w["nice"] for w in workers] == [0, 0]
-    # nothing said of the workers (what else this machine did meanwhile is the machine's, not theirs)
-    assert [note for note in summary["notes"] if not note.startswith("the machine was busy")] == []
+    # nothing said of the workers (what else this machine did meanwhile is the machine's, not theirs; the
+    # requests in flight at the end of 4 s take up to 0.6 s more, which the level says of itself)
+    assert [note for note in summary["notes"] if not note.startswith(("the machine was busy", "ran "))] == []
     records = [r for r in read_records(run_dir / "requests.jsonl") if not r.is_warmup]
     assert len({r.request_id for r in records}) == len(records) == level["num_records"]
     assert {r.worker for r in records} == {0, 1}
