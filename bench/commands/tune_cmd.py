@@ -66,11 +66,13 @@ def tune(
                                        help="A Ray cluster (auto, HOST:PORT or ray://HOST:PORT): each configuration "
                                             "runs on a node Ray places it on, engine and load together, side by "
                                             "side up to what the cluster holds."),
-    gpus_per_config: float = typer.Option(0, min=0, metavar="K", rich_help_panel=CLUSTER,
-                                          help="With --cluster: the GPUs each configuration asks of its node."),
-    cpus_per_config: float = typer.Option(1, min=0, metavar="N", rich_help_panel=CLUSTER,
-                                          help="With --cluster: the CPU cores each configuration asks of its node "
-                                               "(its engine's threads: Ray sets OMP_NUM_THREADS to it)."),
+    gpus_per_config: float | None = typer.Option(None, min=0, metavar="K", rich_help_panel=CLUSTER,
+                                                 help="With --cluster: the GPUs each configuration asks of its node "
+                                                      "[default: 0; on --resume, as the tune began]."),
+    cpus_per_config: float | None = typer.Option(None, min=0, metavar="N", rich_help_panel=CLUSTER,
+                                                 help="With --cluster: the CPU cores each configuration asks of its "
+                                                      "node, its engine's threads (Ray sets OMP_NUM_THREADS to it) "
+                                                      "[default: 1; on --resume, as the tune began]."),
 ) -> None:
     """Measure each configuration of one engine in turn, and mark the best.
 

@@ -10,6 +10,7 @@ back as a `TuneOutcome`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -19,7 +20,16 @@ from typing import Any, Protocol
 
 from bench.flows import measure
 from bench.flows.tune_cluster import Placer, run_placed
-from bench.flows.tune_plan import Tune, TuneEntry, TuneError, check_objective, parse_grids, read_configs, with_default
+from bench.flows.tune_plan import (
+    TUNE_FILE,
+    Tune,
+    TuneEntry,
+    TuneError,
+    check_objective,
+    parse_grids,
+    read_configs,
+    with_default,
+)
 from bench.flows.tune_ranking import (
     ConfigResult,
     accuracy_note,
@@ -47,8 +57,8 @@ class TuneAsk:
     rate: str | None = None
     min_accuracy: float | None = None
     cluster: str | None = None  # a Ray cluster's address: each configuration on a node of its own
-    gpus_per_config: float = 0
-    cpus_per_config: float = 1
+    gpus_per_config: float | None = None  # None: as the tune began, else 0
+    cpus_per_config: float | None = None  # None: as the tune began, else 1
 
 
 class TuneWatcher(measure.JobWatcher, Protocol):
@@ -87,23 +97,19 @@ def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher, placer: Plac
     naming the flag for what can't be tuned; Ctrl-C during a configuration saves where it was and returns an
     interrupted outcome. With `ask.cluster` (or a `placer`), the configurations run side by side where the
     placer puts them."""
-    if ask.cluster is None and placer is None and (ask.gpus_per_config, ask.cpus_per_config) != (0, 1):
+    if ask.cluster is None and placer is None and (ask.gpus_per_config, ask.cpus_per_config) != (None, None):
         raise TuneError("--gpus-per-config and --cpus-per-config say what each configuration asks of a cluster's "
                         "node; give --cluster ADDRESS with them")
-    if placer is None and ask.cluster is not None:
-        from bench.flows.tune_ray import RayPlacer
-
-        placer = RayPlacer(ask.cluster, ask.gpus_per_config, ask.cpus_per_config)  # a cluster refused: no folder
-    try:
-        plan, flags, levels = open_tune(flags, ask)
-    except BaseException:
-        if placer is not None:
-            placer.close()
-        raise
+    plan, flags, levels = open_tune(flags, ask)
+    if ask.cluster is not None or placer is not None:
+        resources = _resources(plan, ask)
+        if placer is None:
+            placer = _ray_placer(plan, ask, resources)
+        watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
+                  f"({', '.join(e.config.name for e in plan.entries)})")
+        return _run_on_cluster(plan, ask, watch, placer, resources)
     watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
               f"({', '.join(e.config.name for e in plan.entries)})")
-    if placer is not None:
-        return _run_on_cluster(plan, ask, watch, placer)
     num_failed = 0
     for entry in plan.entries:
         if entry.status == "complete":
@@ -118,11 +124,44 @@ def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher, placer: Plac
     return dataclasses.replace(_finish(plan), num_failed=num_failed)
 
 
-def _run_on_cluster(plan: Tune, ask: TuneAsk, watch: TuneWatcher, placer: Placer) -> TuneOutcome:
+def _resources(plan: Tune, ask: TuneAsk) -> dict[str, float]:
+    """What each configuration asks of a node: as the tune began (tune.json), or as given (0 GPUs, 1 core)."""
+    given = {"gpus_per_config": ask.gpus_per_config, "cpus_per_config": ask.cpus_per_config}
+    kept = plan.placement or {}
+    for key, value in given.items():
+        if value is not None and key in kept and kept[key] != value:
+            flag = "--" + key.replace("_", "-")
+            raise TuneError(f"{flag} {value:g}: this tune's configurations asked for {kept[key]:g} each when it "
+                            f"began, and --resume keeps it; drop {flag}")
+    resources = {"gpus_per_config": 0.0, "cpus_per_config": 1.0, **kept,
+                 **{k: float(v) for k, v in given.items() if v is not None}}
+    if plan.placement != resources:
+        plan.placement = resources
+        plan.save()
+    return resources
+
+
+def _ray_placer(plan: Tune, ask: TuneAsk, resources: dict[str, float]) -> Placer:
+    """Ray's placer on `ask.cluster`; a cluster that can't be used leaves no new tune folder behind."""
+    from bench.flows.tune_ray import RayPlacer
+
+    assert ask.cluster is not None
+    try:
+        return RayPlacer(ask.cluster, resources["gpus_per_config"], resources["cpus_per_config"])
+    except TuneError:
+        if not any(entry.run_dir for entry in plan.entries):  # a fresh tune: nothing in it but tune.json
+            (plan.folder / TUNE_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                plan.folder.rmdir()
+        raise
+
+
+def _run_on_cluster(plan: Tune, ask: TuneAsk, watch: TuneWatcher, placer: Placer,
+                    resources: dict[str, float]) -> TuneOutcome:
     """Every configuration not yet complete on a node of the cluster, side by side (bench.flows.tune_cluster)."""
     watch.say(f"placing {sum(e.status != 'complete' for e in plan.entries)} configurations on the cluster at "
-              f"{ask.cluster or 'hand'}, each asking for {ask.gpus_per_config:g} GPUs and {ask.cpus_per_config:g} "
-              "CPUs")
+              f"{ask.cluster or 'hand'}, each asking for {resources['gpus_per_config']:g} GPUs and "
+              f"{resources['cpus_per_config']:g} CPUs")
     try:
         num_failed = run_placed(plan, placer, watch.say, watch.failed)
     except KeyboardInterrupt:

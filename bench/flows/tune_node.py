@@ -1,7 +1,7 @@
 """One tune configuration run on a node of a cluster, and its run directory shipped back in pieces.
 
 Contract: `NodeRun(staging, spec, files, node)` starts the configuration's sweep on this machine (a child
-process, `python -m bench.commands.tune_node STAGING PARENT_PID`, tied to this process so that it, and the
+process, `python -m bench.commands.tune_on_node STAGING PARENT_PID`, tied to this process so that it, and the
 engine it launches with its lifeline, never outlives it). `poll()` returns a `Shipment`: the lines the sweep
 said since the last poll and, each time a level has ended (and once more when the sweep ends), the pieces of
 its run directory that changed. The driver writes the pieces into its tune folder, so a lost node loses at
@@ -15,7 +15,6 @@ directory's name and state, whose files come in `files` (path in the run directo
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -27,23 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.names import UnsafeNameError, inside
+from bench.flows.run_pieces import FilePiece, Pieces, safe_path
+from common.names import inside
+from engines.lifeline import is_alive, owner_id
 
 SPEC_FILE = "spec.json"
+OWNER_FILE = "owner"  # the process that runs the configuration here (engines.lifeline.owner_id)
+STAGING_PREFIX = "bench-tune-"
 LOG_FILE = "node.log"
 LEVELS_FILE = "levels.jsonl"
-APPENDED = (".jsonl", ".log")  # files that only grow while a run writes them: shipped as their new bytes
 PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scenarios", "scripted")
 LINE_LIMIT = 4_000  # characters of one said line kept; a line is the node's, and goes to the driver's screen
-
-
-@dataclass(frozen=True)
-class FilePiece:
-    """Bytes of one file of the run directory: written at `offset` (0: the file anew), the file then ends there."""
-
-    path: str  # relative to the run directory, `/`-separated
-    offset: int
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -55,65 +48,7 @@ class Shipment:
     run_dir: str | None = None  # the run directory's name, once it exists
     pieces: tuple[FilePiece, ...] = ()
     status: str | None = None  # the configuration's state once its sweep has ended: complete, interrupted, failed: ...
-
-
-@dataclass(frozen=True)
-class _Shipped:
-    """What the driver has of one file: its first `size` bytes (their digest), as the file was then."""
-
-    size: int
-    digest: bytes
-    stat: tuple[int, int]  # (size, mtime_ns) of the file when shipped whole; a file shipped in part is read again
-
-    @classmethod
-    def of(cls, before: os.stat_result, data: bytes, size: int) -> _Shipped:
-        """`size` bytes of `data` shipped, read from a file whose stat was `before` just before it was read."""
-        whole = size == len(data) == before.st_size
-        return cls(size, hashlib.blake2b(data[:size]).digest(),
-                   (before.st_size, before.st_mtime_ns) if whole else (-1, -1))
-
-    def unchanged(self, path: Path) -> bool:
-        stat = path.stat()
-        return self.stat == (stat.st_size, stat.st_mtime_ns)
-
-    def is_prefix_of(self, data: bytes) -> bool:
-        return 0 < self.size <= len(data) and hashlib.blake2b(data[:self.size]).digest() == self.digest
-
-
-class Pieces:
-    """What the driver has of each file of a run directory, and the pieces that bring it up to date."""
-
-    def __init__(self) -> None:
-        self._shipped: dict[str, _Shipped] = {}
-
-    def have(self, relative: str, path: Path, data: bytes) -> None:
-        """The driver has `data` as this file (it sent it to go on with)."""
-        self._shipped[relative] = _Shipped.of(path.stat(), data, len(data))
-
-    def any(self) -> bool:
-        return bool(self._shipped)
-
-    def changed(self, run_dir: Path) -> list[FilePiece]:
-        """Each file of the run directory that changed since it was last shipped: its new bytes."""
-        pieces = []
-        for path in sorted(run_dir.rglob("*")):
-            if not path.is_file() or path.is_symlink() or path.name.endswith(".tmp"):
-                continue
-            relative = path.relative_to(run_dir).as_posix()
-            shipped = self._shipped.get(relative)
-            if shipped is not None and shipped.unchanged(path):
-                continue
-            before = path.stat()
-            data = path.read_bytes()
-            # New bytes after what was shipped, if the file only grew since (a resumed run rewrites its records)
-            appended = path.name.endswith(APPENDED) and shipped is not None and shipped.is_prefix_of(data)
-            offset = shipped.size if appended and shipped is not None else 0
-            end = len(data)
-            if path.name.endswith(".jsonl"):  # a record still being written goes in the next piece
-                end = offset + data[offset:].rfind(b"\n") + 1
-            pieces.append(FilePiece(relative, offset, data[offset:end]))
-            self._shipped[relative] = _Shipped.of(before, data, end)
-        return pieces
+    number: int = 0  # the driver says which it last wrote: one lost on the way is sent again
 
 
 class NodeRun:
@@ -123,10 +58,12 @@ class NodeRun:
         self.staging, self.node = staging, node
         self.run_name: str | None = spec.get("run_dir")
         self.pieces = Pieces()
+        self._number = 0  # of the last shipment
         self._levels_size = -1
         self._log_offset = 0
         self._ended = False
         staging.mkdir(parents=True, exist_ok=True)
+        (staging / OWNER_FILE).write_text(owner_id())
         (staging / SPEC_FILE).write_text(json.dumps(spec))
         if self.run_name:  # an interrupted configuration goes on from its files
             run_dir = inside(staging, self.run_name, "the run directory to resume")
@@ -137,11 +74,19 @@ class NodeRun:
                 self.pieces.have(relative, target, data)  # the driver has them already
         self._log = (staging / LOG_FILE).open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.commands.tune_node", str(staging), str(os.getpid())],
+            [sys.executable, "-m", "bench.commands.tune_on_node", str(staging), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=_child_env())
 
-    def poll(self) -> Shipment:
-        """The lines said since the last poll and, once a level has ended or the sweep has, what changed."""
+    def poll(self, applied: int) -> Shipment:
+        """The lines said since the last poll and, once a level has ended or the sweep has, what changed.
+        `applied`: the number of the last shipment the driver wrote; if not the last one sent, that one was lost
+        on the way, and its pieces go again."""
+        if applied == self._number:
+            self.pieces.confirm()
+        else:
+            self.pieces.rewind()
+            self._levels_size = -1
+        self._number += 1
         ended = self.process.poll() is not None
         lines = self._new_lines()
         run_dir = self._run_dir()
@@ -154,7 +99,7 @@ class NodeRun:
                 pieces = tuple(self.pieces.changed(run_dir))
         status = self._status() if ended else None
         self._ended = ended
-        return Shipment(self.node, lines, run_dir.name if run_dir else None, pieces, status)
+        return Shipment(self.node, lines, run_dir.name if run_dir else None, pieces, status, self._number)
 
     def stop(self) -> None:
         """As Ctrl-C: the sweep stops its engine and saves its run as interrupted."""
@@ -185,7 +130,8 @@ class NodeRun:
     def _run_dir(self) -> Path | None:
         if self.run_name:
             return self.staging / self.run_name
-        made = [p for p in self.staging.iterdir() if p.is_dir() and not p.is_symlink()]
+        made = [p for p in self.staging.iterdir()  # not .history, which a finished run adds
+                if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
         if len(made) == 1:
             self.run_name = made[0].name
             return made[0]
@@ -206,17 +152,15 @@ class NodeRun:
         return f"failed: the node's sweep exited with code {self.process.returncode}: {tail[-600:]}"
 
 
-def safe_path(root: Path, relative: str) -> Path:
-    """`root / relative` for a path a node sent: plain names inside `root` only (no `..`, no absolute path, no
-    link followed out of it); else UnsafeNameError naming it."""
-    parts = relative.split("/")
-    if not relative or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
-        raise UnsafeNameError(f"a shipped file: {relative[:120]!r} is not a plain path inside the run directory")
-    path = root.joinpath(*parts)
-    if not path.resolve().is_relative_to(root.resolve()) or any(p.is_symlink() for p in path.parents
-                                                                 if p.is_relative_to(root)):
-        raise UnsafeNameError(f"a shipped file: {relative[:120]!r} leads outside the run directory")
-    return path
+def clear_stale_staging(root: Path) -> None:
+    """Staging folders in `root` whose owner is gone (a node process killed before it could clean up)."""
+    for folder in root.glob(STAGING_PREFIX + "*"):
+        try:
+            owner = (folder / OWNER_FILE).read_text()
+        except OSError:
+            continue
+        if not is_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def package_roots() -> list[str]:

@@ -124,11 +124,14 @@ class Tune:
     # resumed tune measures what is left exactly as it began.
     settings: dict[str, Any] = field(default_factory=dict)
     min_accuracy: float | None = None  # a configuration whose accuracy interval lies below it can't be the best
+    # On a cluster (bench tune --cluster): what each configuration asks of a node, kept for --resume
+    placement: dict[str, float] | None = None
     created_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def save(self) -> None:
         data = {"engine": self.engine, "objective": self.objective, "created_at": self.created_at,
                 "settings": self.settings, "min_accuracy": self.min_accuracy,
+                **({"placement": self.placement} if self.placement else {}),
                 "configs": [{**asdict(e.config), "run_dir": e.run_dir, "status": e.status,
                              **({"node": e.node} if e.node else {})} for e in self.entries]}
         temporary = self.folder / (TUNE_FILE + ".tmp")
@@ -145,8 +148,9 @@ class Tune:
             entries = [TuneEntry(TuneConfig(c["name"], c["args"]), _run_dir_inside(folder, c.get("run_dir"), i),
                                  c.get("status", "pending"), _text_or_none(c.get("node")))
                        for i, c in enumerate(data["configs"])]
+            placement = {str(k): float(v) for k, v in data["placement"].items()} if data.get("placement") else None
             return cls(folder, data["engine"], data["objective"], entries, data.get("settings", {}),
-                       data.get("min_accuracy"), data["created_at"])
+                       data.get("min_accuracy"), placement, data["created_at"])
         except UnsafeNameError as error:
             raise TuneError(f"--resume {folder}: {error}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # a file not written by bench tune

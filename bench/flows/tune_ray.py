@@ -10,13 +10,14 @@ and Ray kills them if the driver dies; each one's sweep, and the engine it launc
 
 from __future__ import annotations
 
+import re
 import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.flows.tune_cluster import NodeLost
-from bench.flows.tune_node import NodeRun, Shipment, package_folders
+from bench.flows.tune_cluster import NodeFailed, NodeLost
+from bench.flows.tune_node import STAGING_PREFIX, NodeRun, Shipment, clear_stale_staging, package_folders
 from bench.flows.tune_plan import TuneError
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]' (and the engine's extra, e.g. [reference]) on every node"
@@ -30,10 +31,11 @@ class _ConfigActor:
 
         node_id = ray.get_runtime_context().get_node_id()
         node = f"{socket.gethostname()} {ray.util.get_node_ip_address()} ({node_id[:8]})"
-        self.run = NodeRun(Path(tempfile.mkdtemp(prefix="bench-tune-")), spec, files, node)
+        clear_stale_staging(Path(tempfile.gettempdir()))
+        self.run = NodeRun(Path(tempfile.mkdtemp(prefix=STAGING_PREFIX)), spec, files, node)
 
-    def poll(self) -> Shipment:
-        return self.run.poll()
+    def poll(self, applied: int) -> Shipment:
+        return self.run.poll(applied)
 
     def stop(self) -> None:
         self.run.stop()
@@ -61,11 +63,15 @@ class RayPlacer:
                 from None
         try:
             _check_room(ray, address, gpus_per_config, cpus_per_config)
+            self.actor = ray.remote(_ConfigActor).options(num_cpus=cpus_per_config, num_gpus=gpus_per_config,
+                                                          max_restarts=0, max_task_retries=0)
         except TuneError:
             ray.shutdown()
             raise
-        self.actor = ray.remote(_ConfigActor).options(num_cpus=cpus_per_config, num_gpus=gpus_per_config,
-                                                      max_restarts=0, max_task_retries=0)
+        except ValueError as exc:  # Ray's own word on a size it can't ask for (e.g. 1.5 GPUs)
+            ray.shutdown()
+            raise TuneError(f"--gpus-per-config {gpus_per_config:g} --cpus-per-config {cpus_per_config:g}: "
+                            f"{_first_line(str(exc))}") from None
         self.handles: list[_Handle] = []
 
     def start(self, name: str, spec: dict[str, Any], files: dict[str, bytes]) -> _Handle:
@@ -73,20 +79,27 @@ class RayPlacer:
         self.handles.append(handle)
         return handle
 
-    def poll(self, handle: _Handle) -> Shipment | None:
+    def poll(self, handle: _Handle, applied: int) -> Shipment | None:
         ray = self.ray
         if handle.waiting is None:
-            handle.waiting = handle.actor.poll.remote()
+            handle.waiting = handle.actor.poll.remote(applied)
         ready, _ = ray.wait([handle.waiting], timeout=0)
         if not ready:
             return None
         ref, handle.waiting = handle.waiting, None
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", ())
         try:
-            return ray.get(ref)
+            shipment = ray.get(ref)
+        except unavailable:  # out of touch for a moment (its node may come back): asked again next time
+            return None
         except ray.exceptions.RayActorError as exc:
+            if not handle.heard:  # it never ran: e.g. a dependency missing on that node
+                raise NodeFailed(f"it could not start on its node: {_cause(str(exc))}; {INSTALL_HINT}") from None
             raise NodeLost(f"its Ray actor died ({_first_line(str(exc))})") from None
         except ray.exceptions.RayTaskError as exc:
             raise NodeLost(f"its node's poll failed ({_first_line(str(exc.cause))})") from None
+        handle.heard = True
+        return shipment
 
     def stop(self, handle: _Handle) -> None:
         handle.actor.stop.remote()
@@ -114,6 +127,7 @@ class _Handle:
     def __init__(self, name: str, actor: Any) -> None:
         self.name, self.actor = name, actor
         self.waiting: Any = None  # the poll asked and not yet answered
+        self.heard = False  # it has answered a poll: it ran
 
 
 def _check_room(ray: Any, address: str, gpus: float, cpus: float) -> None:
@@ -125,6 +139,13 @@ def _check_room(ray: Any, address: str, gpus: float, cpus: float) -> None:
     have = "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no node"
     raise TuneError(f"--gpus-per-config {gpus:g} --cpus-per-config {cpus:g}: no node of the cluster at {address} "
                     f"has that much (its nodes: {have})")
+
+
+def _cause(text: str) -> str:
+    """The exception a Ray error's text ends with (`ModuleNotFoundError: No module named 'torch'`), else its
+    first line."""
+    raised = [line.strip() for line in text.splitlines() if re.match(r"\s*[A-Za-z_.]+(Error|Exception)\b:", line)]
+    return raised[-1][:300] if raised else _first_line(text)
 
 
 def _first_line(text: str) -> str:

@@ -44,13 +44,13 @@ class LocalPlacer:
         self._place()
         return handle
 
-    def poll(self, handle: Handle) -> Shipment | None:
+    def poll(self, handle: Handle, applied: int) -> Shipment | None:
         self._place()
         if handle.lost:
             raise NodeLost(f"stand-in node {handle.node} lost")
         if handle.run is None:
             return None
-        shipment = handle.run.poll()
+        shipment = handle.run.poll(applied)
         handle.polls.append(shipment)
         return shipment
 

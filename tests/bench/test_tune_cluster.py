@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from bench.flows.run_pieces import FilePiece, Pieces, ShipmentError, write_piece
 from bench.flows.tune import TuneAsk, run_tune
-from bench.flows.tune_cluster import run_placed, write_piece
-from bench.flows.tune_node import FilePiece, Pieces, Shipment
+from bench.flows.tune_cluster import run_placed
+from bench.flows.tune_node import Shipment
 from bench.flows.tune_plan import Tune, TuneConfig, TuneEntry
 from bench.flows.tune_ranking import ConfigResult, hardware_note
 from bench.inputs.measure_options import MeasureFlags
@@ -189,6 +190,50 @@ def test_pieces_bring_the_drivers_copy_up_to_date_whatever_the_node_did_to_its_f
     assert ship() == []  # nothing changed, nothing sent
 
 
+def test_pieces_lost_on_the_way_or_written_in_part_are_sent_again_and_written_as_once(tmp_path: Path) -> None:
+    node, driver = tmp_path / "node", tmp_path / "driver"
+    node.mkdir()
+    driver.mkdir()
+    pieces = Pieces()
+    records, state = node / "requests.jsonl", node / "run.json"
+    records.write_bytes(b'{"a": 1}\n')
+    state.write_text('{"status": "running"}')
+    for piece in pieces.changed(node):
+        write_piece(driver, piece)
+    pieces.confirm()
+    with records.open("ab") as file:
+        file.write(b'{"a": 2}\n')
+    state.write_text('{"status": "complete"}')
+    lost = pieces.changed(node)
+    write_piece(driver, next(p for p in lost if p.path == "requests.jsonl"))  # one of two written, then Ctrl-C
+    pieces.rewind()  # the driver said it wrote only the first shipment
+    for piece in pieces.changed(node):
+        write_piece(driver, piece)
+    assert (driver / "requests.jsonl").read_bytes() == records.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+    assert (driver / "run.json").read_text() == '{"status": "complete"}'
+    with pytest.raises(ShipmentError, match="starts at byte 99"):
+        write_piece(driver, FilePiece("requests.jsonl", 99, b"x"))  # past the end of the copy: never a gap
+
+
+def test_a_resumed_cluster_tune_keeps_what_each_configuration_asked_of_a_node(tmp_path: Path) -> None:
+    from bench.flows.tune import _settings
+
+    folder = tmp_path / "tune"
+    folder.mkdir()
+    Tune(folder, "reference", "capacity", [TuneEntry(TuneConfig("default"), status="complete")],
+         _settings(MeasureFlags(**SHORT, out=tmp_path), None, None),
+         placement={"gpus_per_config": 1.0, "cpus_per_config": 4.0}).save()
+    with pytest.raises(ValueError, match="--gpus-per-config 2: this tune's configurations asked for 1 each when "
+                                         "it began, and --resume keeps it; drop --gpus-per-config"):
+        run_tune(MeasureFlags(resume=[folder], out=tmp_path), TuneAsk(gpus_per_config=2), Watch(),
+                 LocalPlacer(1, tmp_path / "nodes"))
+    watch = Watch()
+    run_tune(MeasureFlags(resume=[folder], out=tmp_path), TuneAsk(cpus_per_config=4), watch,
+             LocalPlacer(1, tmp_path / "nodes"))
+    assert "each asking for 1 GPUs and 4 CPUs" in " ".join(watch.lines)
+    assert Tune.load(folder).placement == {"gpus_per_config": 1.0, "cpus_per_config": 4.0}
+
+
 class _HostileNode:
     """A placer whose node answers with a run directory name, then a file path, that lead outside the tune
     folder: what a node must never be able to do to the driver."""
@@ -200,7 +245,7 @@ class _HostileNode:
     def start(self, name: str, spec: dict[str, Any], files: dict[str, bytes]) -> str:
         return name
 
-    def poll(self, handle: str) -> Shipment:
+    def poll(self, handle: str, applied: int) -> Shipment:
         return self.answer
 
     def stop(self, handle: str) -> None:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,6 +129,7 @@ def test_a_node_lost_mid_configuration_is_interrupted_and_resume_completes_the_g
     assert after[name]["run_dir"] == configs[name]["run_dir"]
     assert (folder / after[name]["run_dir"] / "levels.jsonl").read_text().startswith(shipped)
     _check_complete(folder / after[name]["run_dir"])
+    assert not list(Path(tempfile.gettempdir()).glob("bench-tune-*"))  # the killed one's cleared on resume
 
 
 def test_ctrl_c_on_the_driver_stops_every_engine_on_every_node(ray_cluster, tmp_path) -> None:
@@ -143,9 +145,12 @@ def test_ctrl_c_on_the_driver_stops_every_engine_on_every_node(ray_cluster, tmp_
         driver.kill()
     assert driver.returncode == 130 and "bench tune --resume" in stderr and "--cluster" in stderr, stderr
     configs = json.loads((_folder(tmp_path) / "tune.json").read_text())["configs"]
-    assert sorted(c["status"] for c in configs) == ["interrupted"] * 4, configs
+    # the three that ran saved as interrupted; the fourth, still waiting for room, never started
+    assert sorted(c["status"] for c in configs) == ["interrupted"] * 3 + ["pending"], configs
     _wait_until_gone(nodes + actors)
     assert _marked_by(nodes) == [] and _node_processes() == []
+    # each node's staging folder removed (and one a killed worker left, by the next configuration there)
+    assert not list(Path(tempfile.gettempdir()).glob("bench-tune-*"))
 
 
 def _node_processes() -> list[int]:
@@ -157,14 +162,14 @@ def _node_processes() -> list[int]:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"bench.commands.tune_node" in command and is_running(int(entry.name)):
+            if b"bench.commands.tune_on_node" in command and is_running(int(entry.name)):
                 found.append(int(entry.name))
     return sorted(found)
 
 
 def _staging(pid: int) -> Path:
     command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return Path(command[command.index(b"bench.commands.tune_node") + 1].decode())
+    return Path(command[command.index(b"bench.commands.tune_on_node") + 1].decode())
 
 
 def _one_with_a_level_shipped(out: Path) -> tuple[str, int]:

@@ -1,7 +1,7 @@
 """The process that measures one tune configuration on a cluster's node (started by
 `bench.flows.tune_node.NodeRun`, never by hand):
 
-    python -m bench.commands.tune_node STAGING PARENT_PID
+    python -m bench.commands.tune_on_node STAGING PARENT_PID
 
 STAGING holds spec.json (the configuration and the tune's settings) and, for an interrupted configuration,
 its run directory. The configuration is measured there as `bench tune` measures each one, its state kept in
