@@ -40,16 +40,17 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     echo "$want" > "$stamp"
 fi
 
-# With arguments: one pytest run with them. Without: the tests that assert no timing two at a time, a test
-# file to a worker (most of them wait on servers and engines, not on the CPU), then those marked `serial`
-# alone (timings asserted, or every process of ours looked at). Each names its slowest tests at the end.
-# Two at a time on two cores, each engine's PyTorch gets one thread: more would spin waiting for the other's.
+# With arguments: one pytest run with them. Without: the tests that assert no timing three at a time, a test
+# file to a worker (most of them wait on servers and engines, not on the CPU: on two cores, three workers took
+# 10:46 where two took 12:41), then those marked `serial` alone (timings asserted, or every process of ours
+# looked at). Each names its slowest tests at the end. Each engine's PyTorch gets one thread: more would spin
+# waiting for the others'.
 if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
 default="not cuda and not vllm and not openwebui and not ray and not lmeval and not peers and not schemathesis"  # what addopts in pyproject.toml leaves out, too
 status=0
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 \
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -n 3 --dist loadfile --durations=15 \
     -m "$default and not serial" || status=$?
 .venv/bin/python -m pytest -q --durations=10 -m "$default and serial" || status=$?
 exit $status
