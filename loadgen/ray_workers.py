@@ -38,21 +38,26 @@ def _ray() -> Any:
     return ray
 
 
+def join(address: str, modules: list[str], flag: str, error: type[Exception]) -> None:
+    """Connected to the cluster at `address` (auto, host:port, or ray://host:port), `modules` (package folders)
+    sent with the job; `error` naming `flag` when it can't be joined."""
+    try:
+        _ray().init(address=address, runtime_env={"py_modules": modules}, log_to_driver=False,
+                    logging_level="WARNING")
+    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
+        raise error(f"{flag} {address}: could not join the Ray cluster there ({type(exc).__name__}: "
+                    f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") from None
+
+
 @contextmanager
 def connected(address: str) -> Iterator[None]:
-    """Connected to the cluster at `address` (auto, host:port, or ray://host:port) for the run."""
+    """Connected to the cluster at `address` for the run, this package's code sent with the job."""
     ray = _ray()
     import common
     import loadgen
 
-    modules = [str(Path(package.__file__).resolve().parent) for package in (loadgen, common)]
-    try:
-        ray.init(address=address, runtime_env={"py_modules": modules}, log_to_driver=False,
-                 logging_level="WARNING")
-    except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
-        raise WorkerFailed(f"--ray {address}: could not join the Ray cluster there ({type(exc).__name__}: "
-                           f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") \
-            from None
+    join(address, [str(Path(package.__file__).resolve().parent) for package in (loadgen, common)], "--ray",
+         WorkerFailed)
     try:
         yield
     finally:

@@ -142,13 +142,14 @@ def _resources(plan: Tune, ask: TuneAsk) -> dict[str, float]:
 
 
 def _ray_placer(plan: Tune, ask: TuneAsk, resources: dict[str, float]) -> Placer:
-    """Ray's placer on `ask.cluster`; a cluster that can't be used leaves no new tune folder behind."""
+    """Ray's placer on `ask.cluster`; a cluster that can't be used (or Ctrl-C while Ray tries) leaves no new tune
+    folder behind."""
     from bench.flows.tune_ray import RayPlacer
 
     assert ask.cluster is not None
     try:
         return RayPlacer(ask.cluster, resources["gpus_per_config"], resources["cpus_per_config"])
-    except TuneError:
+    except BaseException:
         if not any(entry.run_dir for entry in plan.entries):  # a fresh tune: nothing in it but tune.json
             (plan.folder / TUNE_FILE).unlink(missing_ok=True)
             with contextlib.suppress(OSError):

@@ -2,10 +2,11 @@
 
 Contract: `NodeRun(staging, spec, files, node)` starts the configuration's sweep on this machine (a child
 process, `python -m bench.commands.tune_on_node STAGING PARENT_PID`, tied to this process so that it, and the
-engine it launches with its lifeline, never outlives it). `poll()` returns a `Shipment`: the lines the sweep
-said since the last poll and, each time a level has ended (and once more when the sweep ends), the pieces of
-its run directory that changed. The driver writes the pieces into its tune folder, so a lost node loses at
-most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would (its run saved as interrupted);
+engine it launches with its lifeline, never outlives it). `poll(applied)` returns a `Shipment`: the lines the
+sweep said since the last poll and, each time a level has ended (and once more when the sweep ends), the
+pieces of its run directory that changed (`bench.flows.run_pieces`); `applied` says which shipment the driver
+last wrote, and pieces it did not get go again. The driver writes the pieces into its tune folder, so a lost
+node loses at most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would (its run saved as interrupted);
 `close()` ends it for sure and removes the staging folder.
 
 `spec` is what the node needs to know, in JSON: the engine, the objective, the tune's settings (every
@@ -146,7 +147,8 @@ class NodeRun:
             status = "pending"
         if status != "pending":
             return status
-        if self.process.returncode in (130, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
+        stopped = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}  # stopping's exit codes
+        if self.process.returncode in stopped | {-signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL}:
             return "interrupted"
         tail = " | ".join((self.staging / LOG_FILE).read_text(errors="replace").strip().splitlines()[-5:])
         return f"failed: the node's sweep exited with code {self.process.returncode}: {tail[-600:]}"

@@ -19,6 +19,7 @@ from typing import Any
 from bench.flows.tune_cluster import NodeFailed, NodeLost
 from bench.flows.tune_node import STAGING_PREFIX, NodeRun, Shipment, clear_stale_staging, package_folders
 from bench.flows.tune_plan import TuneError
+from loadgen.ray_workers import join
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]' (and the engine's extra, e.g. [reference]) on every node"
 
@@ -54,13 +55,7 @@ class RayPlacer:
             raise TuneError(f"--cluster {address}: the ray package is not installed in this environment; "
                             f"{INSTALL_HINT}") from None
         self.ray, self.address = ray, address
-        try:
-            ray.init(address=address, runtime_env={"py_modules": package_folders()}, log_to_driver=False,
-                     logging_level="WARNING")
-        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
-            raise TuneError(f"--cluster {address}: could not join the Ray cluster there ({type(exc).__name__}: "
-                            f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") \
-                from None
+        join(address, package_folders(), "--cluster", TuneError)
         try:
             _check_room(ray, address, gpus_per_config, cpus_per_config)
             self.actor = ray.remote(_ConfigActor).options(num_cpus=cpus_per_config, num_gpus=gpus_per_config,
