@@ -46,7 +46,7 @@ def join(address: str, modules: list[str], flag: str, error: type[Exception]) ->
                     logging_level="WARNING")
     except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; each is said the same way
         raise error(f"{flag} {address}: could not join the Ray cluster there ({type(exc).__name__}: "
-                    f"{_first_line(str(exc))}); start one with `ray start --head`, or give its address") from None
+                    f"{first_line(str(exc))}); start one with `ray start --head`, or give its address") from None
 
 
 @contextmanager
@@ -111,9 +111,9 @@ class RayWorkers(Workers):
             raise WorkerFailed(f"client worker {index} ({where}) did not answer within {timeout_s:g} s") from None
         except ray.exceptions.RayActorError as exc:
             raise WorkerFailed(f"client worker {index} ({where}) died mid-level: "
-                               f"{_first_line(str(exc))}") from None
+                               f"{first_line(str(exc))}") from None
         except ray.exceptions.RayTaskError as exc:
-            raise WorkerFailed(f"client worker {index} ({where}): {_first_line(str(exc.cause))}") from None
+            raise WorkerFailed(f"client worker {index} ({where}): {first_line(str(exc.cause))}") from None
 
     def close(self) -> None:
         ray = _ray()
@@ -124,5 +124,5 @@ class RayWorkers(Workers):
                 pass
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "no reason given"

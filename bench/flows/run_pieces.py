@@ -21,7 +21,7 @@ APPENDED = (".jsonl", ".log")  # files that only grow while a run writes them: s
 
 
 class ShipmentError(ValueError):
-    """A piece that can't be written as it is: a path out of the run directory, or out of place."""
+    """A piece that can't be written where it says: past the end of the copy it adds to."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,6 @@ def safe_path(root: Path, relative: str) -> Path:
                                                                  if p.is_relative_to(root)):
         raise UnsafeNameError(f"a shipped file: {relative[:120]!r} leads outside the run directory")
     return path
-
 
 
 def write_piece(run_dir: Path, piece: FilePiece) -> None:

@@ -101,15 +101,14 @@ def run_tune(flags: MeasureFlags, ask: TuneAsk, watch: TuneWatcher, placer: Plac
         raise TuneError("--gpus-per-config and --cpus-per-config say what each configuration asks of a cluster's "
                         "node; give --cluster ADDRESS with them")
     plan, flags, levels = open_tune(flags, ask)
-    if ask.cluster is not None or placer is not None:
-        resources = _resources(plan, ask)
-        if placer is None:
-            placer = _ray_placer(plan, ask, resources)
-        watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
-                  f"({', '.join(e.config.name for e in plan.entries)})")
-        return _run_on_cluster(plan, ask, watch, placer, resources)
+    on_cluster = ask.cluster is not None or placer is not None
+    resources = _resources(plan, ask) if on_cluster else {}
+    if on_cluster and placer is None:
+        placer = _ray_placer(plan, ask, resources)
     watch.say(f"tune {plan.folder}: {len(plan.entries)} configurations of {plan.engine} "
               f"({', '.join(e.config.name for e in plan.entries)})")
+    if placer is not None:
+        return _run_on_cluster(plan, ask, watch, placer, resources)
     num_failed = 0
     for entry in plan.entries:
         if entry.status == "complete":

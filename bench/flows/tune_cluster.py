@@ -70,6 +70,7 @@ class _Placed:
     handle: Any
     local_name: str | None = None  # its run directory in the tune folder
     resumed_from: str | None = None  # the node it ran on before, when it goes on from its run directory
+    node: str | None = None  # the node it runs on now, as that node names itself
     applied: int = 0  # the number of the last shipment written
     heard: bool = False  # its node has answered: it runs (else it may still wait for room)
     done: bool = False  # ended (or lost) and released
@@ -86,8 +87,8 @@ class _Shipper:
         entry = placed.entry
         placed.heard = True
         node = _plain(shipment.node, NODE_LIMIT)
-        placed_on = entry.node != node
-        if placed_on and placed.resumed_from and placed.resumed_from != node:
+        placed_on, placed.node = placed.node != node, node
+        if placed.resumed_from and placed.resumed_from.split(", then ")[-1] != node:
             node = f"{placed.resumed_from}, then {node}"  # its levels come from two machines
         entry.node = node
         if shipment.run_dir is not None and placed.local_name is None:

@@ -62,7 +62,6 @@ class NodeRun:
         self._number = 0  # of the last shipment
         self._levels_size = -1
         self._log_offset = 0
-        self._ended = False
         staging.mkdir(parents=True, exist_ok=True)
         (staging / OWNER_FILE).write_text(owner_id())
         (staging / SPEC_FILE).write_text(json.dumps(spec))
@@ -89,7 +88,7 @@ class NodeRun:
             self._levels_size = -1
         self._number += 1
         ended = self.process.poll() is not None
-        lines = self._new_lines()
+        lines = self._new_lines(ended)
         run_dir = self._run_dir()
         pieces: tuple[FilePiece, ...] = ()
         if run_dir is not None:
@@ -99,7 +98,6 @@ class NodeRun:
                 self._levels_size = size
                 pieces = tuple(self.pieces.changed(run_dir))
         status = self._status() if ended else None
-        self._ended = ended
         return Shipment(self.node, lines, run_dir.name if run_dir else None, pieces, status, self._number)
 
     def stop(self) -> None:
@@ -119,12 +117,13 @@ class NodeRun:
         self._log.close()
         shutil.rmtree(self.staging, ignore_errors=True)
 
-    def _new_lines(self) -> tuple[str, ...]:
+    def _new_lines(self, ended: bool) -> tuple[str, ...]:
+        """Whole lines said since the last call (every line left, once the sweep has ended)."""
         path = self.staging / LOG_FILE
         with path.open("rb") as log:
             log.seek(self._log_offset)
             data = log.read()
-        cut = data.rfind(b"\n") + 1 if not self._ended and self.process.poll() is None else len(data)
+        cut = len(data) if ended else data.rfind(b"\n") + 1
         self._log_offset += cut
         return tuple(line[:LINE_LIMIT] for line in data[:cut].decode(errors="replace").splitlines() if line.strip())
 
@@ -165,26 +164,16 @@ def clear_stale_staging(root: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def package_roots() -> list[str]:
-    """The folders our packages are loaded from (on a cluster, the driver's code shipped with the job: one
-    folder each)."""
-    roots = []
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(name)
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            if (root := str(Path(location).resolve().parent)) not in roots:
-                roots.append(root)
-    return roots
-
-
 def package_folders() -> list[str]:
     """Each of our packages' own folder, as a cluster job ships them."""
-    folders = []
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(name)
-        folders += [str(Path(location).resolve()) for location in (spec.submodule_search_locations or [])][:1] \
-            if spec else []
-    return folders
+    specs = [importlib.util.find_spec(name) for name in PACKAGES]
+    return [str(Path(spec.submodule_search_locations[0]).resolve()) for spec in specs
+            if spec is not None and spec.submodule_search_locations]
+
+
+def package_roots() -> list[str]:
+    """The folders our packages are loaded from (on a cluster, one folder each)."""
+    return list(dict.fromkeys(str(Path(folder).parent) for folder in package_folders()))
 
 
 def _child_env() -> dict[str, str]:

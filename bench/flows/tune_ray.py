@@ -19,7 +19,7 @@ from typing import Any
 from bench.flows.tune_cluster import NodeFailed, NodeLost
 from bench.flows.tune_node import STAGING_PREFIX, NodeRun, Shipment, clear_stale_staging, package_folders
 from bench.flows.tune_plan import TuneError
-from loadgen.ray_workers import join
+from loadgen.ray_workers import first_line, join
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]' (and the engine's extra, e.g. [reference]) on every node"
 
@@ -66,7 +66,7 @@ class RayPlacer:
         except ValueError as exc:  # Ray's own word on a size it can't ask for (e.g. 1.5 GPUs)
             ray.shutdown()
             raise TuneError(f"--gpus-per-config {gpus_per_config:g} --cpus-per-config {cpus_per_config:g}: "
-                            f"{_first_line(str(exc))}") from None
+                            f"{first_line(str(exc))}") from None
         self.handles: list[_Handle] = []
 
     def start(self, name: str, spec: dict[str, Any], files: dict[str, bytes]) -> _Handle:
@@ -90,9 +90,9 @@ class RayPlacer:
         except ray.exceptions.RayActorError as exc:
             if not handle.heard:  # it never ran: e.g. a dependency missing on that node
                 raise NodeFailed(f"it could not start on its node: {_cause(str(exc))}; {INSTALL_HINT}") from None
-            raise NodeLost(f"its Ray actor died ({_first_line(str(exc))})") from None
+            raise NodeLost(f"its Ray actor died ({first_line(str(exc))})") from None
         except ray.exceptions.RayTaskError as exc:
-            raise NodeLost(f"its node's poll failed ({_first_line(str(exc.cause))})") from None
+            raise NodeLost(f"its node's poll failed ({first_line(str(exc.cause))})") from None
         handle.heard = True
         return shipment
 
@@ -140,8 +140,4 @@ def _cause(text: str) -> str:
     """The exception a Ray error's text ends with (`ModuleNotFoundError: No module named 'torch'`), else its
     first line."""
     raised = [line.strip() for line in text.splitlines() if re.match(r"\s*[A-Za-z_.]+(Error|Exception)\b:", line)]
-    return raised[-1][:300] if raised else _first_line(text)
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "no reason given"
+    return raised[-1][:300] if raised else first_line(text)

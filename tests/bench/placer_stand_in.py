@@ -8,7 +8,7 @@ node does (NodeLost)."""
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ class Handle:
     run: NodeRun | None = None
     lost: bool = False
     released: bool = False
-    polls: list[Shipment] = field(default_factory=list)
 
 
 class LocalPlacer:
@@ -50,9 +49,7 @@ class LocalPlacer:
             raise NodeLost(f"stand-in node {handle.node} lost")
         if handle.run is None:
             return None
-        shipment = handle.run.poll(applied)
-        handle.polls.append(shipment)
-        return shipment
+        return handle.run.poll(applied)
 
     def stop(self, handle: Handle) -> None:
         if handle.run is not None:

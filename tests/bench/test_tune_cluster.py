@@ -97,9 +97,16 @@ def test_a_grid_on_two_stand_in_nodes_ships_every_run_back_and_a_lost_node_resum
     assert len({e.run_dir for e in plan.entries}) == 3
 
     again = LocalPlacer(slots=2, root=tmp_path / "nodes-again")
-    resumed = run_tune(MeasureFlags(resume=[plan.folder], out=tmp_path), TuneAsk(), Watch(), again)
+    watch_again = Watch()
+    resumed = run_tune(MeasureFlags(resume=[plan.folder], out=tmp_path), TuneAsk(), watch_again, again)
     assert resumed.num_failed == 0 and [name for name, _ in again.placements] == ["max-num-seqs=1"]
     after = {e.config.name: e for e in Tune.load(plan.folder).entries}
+    first_node = by_name["max-num-seqs=1"].node
+    # its levels come from the node it began on, then the one it went on on: both named, and said once
+    assert after["max-num-seqs=1"].node == ("stand-in-0" if first_node == "stand-in-0"
+                                            else f"{first_node}, then stand-in-0")
+    assert [line for line in watch_again.lines if ": running on " in line] == \
+        [f"max-num-seqs=1: running on {after['max-num-seqs=1'].node}"]
     assert all(e.status == "complete" for e in after.values())
     assert after["max-num-seqs=1"].run_dir == by_name["max-num-seqs=1"].run_dir  # went on, not afresh
     assert (lost / "levels.jsonl").read_text().startswith(shipped_level)  # the shipped level kept as it was
