@@ -34,6 +34,7 @@ COMMAND_PANELS: dict[str, tuple[str, ...]] = {
 }
 
 OPTION_PANELS = (ENGINE, WORKLOAD, LOAD, SLO, OUTPUT, ADVANCED)
+CLUSTER = "Across a Ray cluster"  # a command's own panel: `--cluster` and what each job asks of a node
 
 # The value an option takes, named from its type where its declaration names none.
 TYPE_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}

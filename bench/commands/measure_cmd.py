@@ -13,15 +13,16 @@ from bench.commands import stopping
 from bench.commands.console import errors, fail
 from bench.commands.engines_cmd import warn_about_leftovers
 from bench.commands.flags import MeasureFlags
-from bench.commands.helptext import SLO, examples
+from bench.commands.helptext import CLUSTER, SLO, examples
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
-    from bench.flows.measure import Describe, Job, Say
+    from bench.flows.measure import Describe, Job, Outcome, Say
+    from bench.inputs.options import LoadOverrides
     from loadgen.types import LevelSummary
 
 SWEEP_EXAMPLES = examples("bench sweep --concurrency 1,8,32 --duration 30",
                           "bench sweep --engine vllm --model Qwen/Qwen2.5-0.5B-Instruct --rate 2,4,8",
-                          "bench sweep --dataset prompts.jsonl --concurrency 8 --repeats 3")
+                          "bench sweep --engine vllm --engine sglang --cluster auto --gpus-per-engine 1")
 CAPACITY_EXAMPLES = examples("bench capacity --slo ttft_p95_ms=500 --slo tpot_p95_ms=40",
                              "bench capacity --engine vllm --rate --start 0.5 --repeats 3")
 
@@ -32,6 +33,15 @@ def sweep(
     rate: str = typer.Option(None, metavar="N,N,...", help="Open-loop levels in requests/s, e.g. 2,4,8."),
     burstiness: float = typer.Option(None, metavar="SHAPE", help="Open loop: gamma shape; 1 = Poisson, < 1 burstier."),
     max_concurrency: int = typer.Option(None, metavar="N", help="Open loop: cap on requests in flight."),
+    cluster: str = typer.Option(None, metavar="ADDRESS", rich_help_panel=CLUSTER,
+                                help="A Ray cluster (auto, HOST:PORT or ray://HOST:PORT): each engine runs on a "
+                                     "node Ray places it on, engine and load together, side by side up to what "
+                                     "the cluster holds."),
+    gpus_per_engine: float = typer.Option(None, min=0, metavar="K", rich_help_panel=CLUSTER,
+                                          help="With --cluster: the GPUs each engine asks of its node [default: 0]."),
+    cpus_per_engine: float = typer.Option(None, min=0, metavar="N", rich_help_panel=CLUSTER,
+                                          help="With --cluster: the CPU cores each engine asks of its node, its "
+                                               "threads (Ray sets OMP_NUM_THREADS to it) [default: 1]."),
 ) -> None:
     """Measure engines at each load level and write a run directory for each."""
     stopping.install()
@@ -39,8 +49,50 @@ def sweep(
     from bench.inputs.options import LoadOverrides
 
     levels = LoadOverrides(concurrency=concurrency, rate=rate, burstiness=burstiness, max_concurrency=max_concurrency)
+    if cluster is not None or (gpus_per_engine, cpus_per_engine) != (None, None):
+        _sweep_on_cluster(flags, levels, cluster, gpus_per_engine, cpus_per_engine)
+        return
     jobs, complete = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", levels.given())
     _run(jobs, complete, flags)
+
+
+def _sweep_on_cluster(flags: MeasureFlags, levels: LoadOverrides, cluster: str | None, gpus: float | None,
+                      cpus: float | None) -> None:
+    """Each engine on a node of the cluster, side by side (bench.flows.sweep_cluster); every flag is checked here
+    before the cluster is joined."""
+    from rich.markup import escape
+
+    from bench.commands.display import RichJobWatcher
+    from bench.flows import measure, sweep_cluster
+    from bench.flows.placed import ClusterError
+    from bench.flows.ray_placer import RayPlacer
+    from bench.run.resume import ResumeError
+
+    if cluster is None:
+        fail("--gpus-per-engine and --cpus-per-engine say what each engine asks of a cluster's node; give "
+             "--cluster ADDRESS with them")
+    gpus, cpus = gpus if gpus is not None else 0.0, cpus if cpus is not None else 1.0
+    watch = RichJobWatcher()
+    try:
+        if flags.resume:
+            jobs, (works, complete) = [], sweep_cluster.resume_works(flags, levels.given(), watch.say)
+        else:
+            jobs = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", levels.given())[0]
+            works, complete = sweep_cluster.sweep_works(jobs, flags, levels), []
+        placer = RayPlacer(cluster, gpus, cpus, per="engine")
+        watch.say(f"placing {len(works)} engines on the cluster at {cluster}, each asking for {gpus:g} GPUs and "
+                  f"{cpus:g} CPUs")
+        outcome = sweep_cluster.run_works(works, placer, watch)
+    except (ClusterError, ResumeError) as exc:
+        fail(str(exc))
+    except sweep_cluster.SweepInterrupted as stopped:
+        again = " ".join(f"--resume {run_dir}" for run_dir in stopped.run_dirs) or "--resume RUN_DIR"
+        errors.print(f"[yellow]interrupted:[/] every level shipped is kept in its run directory (go on with "
+                     f"bench sweep {escape(again)} --cluster {escape(cluster)})", markup=True, highlight=False)
+        raise typer.Exit(stopping.exit_code()) from None
+    except KeyboardInterrupt:  # while Ray was being joined: nothing placed
+        raise typer.Exit(stopping.exit_code()) from None
+    _finish(outcome, complete, flags, jobs[0].plan.scenario.name if jobs else "")
 
 
 # Shared flags a capacity search has no use for (bench.commands.flags.measure_command refuses them with this).
@@ -108,9 +160,7 @@ def _jobs(fresh: Callable[[Say], list[Job]], flags: MeasureFlags, command: str,
 def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
          describe: Callable[[Job], Describe | None] | None = None) -> None:
     """Run the jobs, print and report what they measured; exit 1 when an engine failed."""
-    from dataclasses import replace
-
-    from bench.commands.display import RichJobWatcher, show_outcome
+    from bench.commands.display import RichJobWatcher
     from bench.flows import measure
     from engines.registry import is_container_kind
 
@@ -121,11 +171,24 @@ def _run(jobs: list[Job], complete: list[Path], flags: MeasureFlags,
         errors.print("[yellow]interrupted:[/] every request finished so far is kept in the run directory "
                      "(go on with --resume RUN_DIR)")
         raise typer.Exit(stopping.exit_code()) from None
+    _finish(outcome, complete, flags, jobs[0].plan.scenario.name if jobs else "")
+
+
+def _finish(outcome: Outcome, complete: list[Path], flags: MeasureFlags, title: str) -> None:
+    """What was measured reported and printed; exit 1 when an engine failed."""
+    from dataclasses import replace
+
+    from bench.commands.display import show_outcome
+    from bench.flows import measure
+
     if flags.report and outcome.results:
         read = [r.run or r.run_dir for r in outcome.results]  # each run as its sweep read it: not read again
-        outcome = replace(outcome, reports=measure.write_reports(read, flags.out))
+        resumed_in = {run_dir.parent for run_dir in flags.resume or []}
+        # a resumed sweep's comparison goes beside its runs, not into a runs folder where the command was typed
+        out = resumed_in.pop() if len(resumed_in) == 1 else flags.out
+        outcome = replace(outcome, reports=measure.write_reports(read, out))
     outcome = replace(outcome, already_complete=tuple(complete))
-    show_outcome(outcome, jobs[0].plan.scenario.name if jobs else "")
+    show_outcome(outcome, title)
     if outcome.exit_code:
         raise typer.Exit(outcome.exit_code)
 

@@ -19,7 +19,7 @@ import typer
 from bench.commands import stopping
 from bench.commands.console import console, errors, fail, warn
 from bench.commands.flags import MeasureFlags
-from bench.commands.helptext import examples
+from bench.commands.helptext import CLUSTER, examples
 
 if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays light
     from bench.flows.tune import TuneOutcome
@@ -28,8 +28,6 @@ if TYPE_CHECKING:  # imported where they are used, so that `bench --help` stays 
 EXAMPLES = examples("bench tune --grid max-num-seqs=8,32 --grid max-num-batched-tokens=512,2048",
                     "bench tune --engine vllm --configs configs.yaml --objective cost",
                     "bench tune --resume runs/tune-20261201T170000Z-reference")
-
-CLUSTER = "Across a Ray cluster"
 
 # Shared flags a tune has no use for: hidden from its help and refused with the reason
 # (bench.commands.flags.measure_command). bench.flows.tune checks the same for callers of run_tune.

@@ -189,7 +189,7 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],
     jobs, complete = [], []
     for run_dir in flags.resume or []:
         run = open_run(run_dir, command)
-        _check_unchanged(run_dir, run, flags, other_flags)
+        check_unchanged(run_dir, run, flags, other_flags)
         if run.status == "complete":
             complete.append(run_dir)
             continue
@@ -229,7 +229,7 @@ def _check_no_secret_left_out(run_dir: Path, spec: EngineFile) -> None:
                           "read at launch), so that a resume can read it again")
 
 
-def _check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, other_flags: list[str]) -> None:
+def check_unchanged(run_dir: Path, run: rundir.RunInfo, flags: MeasureFlags, other_flags: list[str]) -> None:
     """A resumed run keeps its own engine, scenario and settings: a flag that would change them is refused."""
     spec = run.engine_spec
     assert spec is not None  # open_run refuses a run without it

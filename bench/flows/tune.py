@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.flows import measure
-from bench.flows.tune_cluster import Placer, run_placed
+from bench.flows.placed import Placer
+from bench.flows.tune_cluster import run_tune_placed
 from bench.flows.tune_plan import (
     TUNE_FILE,
     Tune,
@@ -143,11 +144,11 @@ def _resources(plan: Tune, ask: TuneAsk) -> dict[str, float]:
 def _ray_placer(plan: Tune, ask: TuneAsk, resources: dict[str, float]) -> Placer:
     """Ray's placer on `ask.cluster`; a cluster that can't be used (or Ctrl-C while Ray tries) leaves no new tune
     folder behind."""
-    from bench.flows.tune_ray import RayPlacer
+    from bench.flows.ray_placer import RayPlacer
 
     assert ask.cluster is not None
     try:
-        return RayPlacer(ask.cluster, resources["gpus_per_config"], resources["cpus_per_config"])
+        return RayPlacer(ask.cluster, resources["gpus_per_config"], resources["cpus_per_config"], "config")
     except BaseException:
         if not any(entry.run_dir for entry in plan.entries):  # a fresh tune: nothing in it but tune.json
             (plan.folder / TUNE_FILE).unlink(missing_ok=True)
@@ -163,7 +164,7 @@ def _run_on_cluster(plan: Tune, ask: TuneAsk, watch: TuneWatcher, placer: Placer
               f"{ask.cluster or 'hand'}, each asking for {resources['gpus_per_config']:g} GPUs and "
               f"{resources['cpus_per_config']:g} CPUs")
     try:
-        num_failed = run_placed(plan, placer, watch.say, watch.failed)
+        num_failed = run_tune_placed(plan, placer, watch.say, watch.failed)
     except KeyboardInterrupt:
         return TuneOutcome(plan, interrupted=True)
     for entry in plan.entries:  # a report a node could not write is written here
@@ -217,7 +218,7 @@ def _fresh(flags: MeasureFlags, ask: TuneAsk) -> Tune:
     folder = flags.out / f"tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{kinds[0]}"
     make_private_dir(folder)
     plan = Tune(folder, kinds[0], check_objective(ask.objective), [TuneEntry(c) for c in with_default(tried)],
-                _settings(flags, ask.concurrency, ask.rate), ask.min_accuracy)
+                settings_of(flags, ask.concurrency, ask.rate), ask.min_accuracy)
     plan.save()
     return plan
 
@@ -272,7 +273,7 @@ def _measured(plan: Tune, entry: TuneEntry, outcome: measure.Outcome, before: se
     return entry.status == "complete"
 
 
-def _settings(flags: MeasureFlags, concurrency: str | None, rate: str | None) -> dict[str, Any]:
+def settings_of(flags: MeasureFlags, concurrency: str | None, rate: str | None) -> dict[str, Any]:
     """What every configuration is measured with, in JSON."""
     values = {f.name: getattr(flags, f.name) for f in dataclasses.fields(flags) if f.name not in ("resume", "out")}
     as_text = {k: [str(p) for p in v] if isinstance(v, list) and v and isinstance(v[0], Path)
@@ -281,7 +282,7 @@ def _settings(flags: MeasureFlags, concurrency: str | None, rate: str | None) ->
 
 
 def settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
-    """`_settings`' JSON back into the flags it was made from."""
+    """`settings_of`' JSON back into the flags it was made from."""
     values = dict(settings.get("flags", {}))
     for name in ("tokenizer", "dataset"):
         values[name] = Path(values[name]) if values.get(name) else None

@@ -1,6 +1,6 @@
-"""A stand-in for Ray's placer (`bench.flows.tune_ray.RayPlacer`) on this machine: the same `Placer`
+"""A stand-in for Ray's placer (`bench.flows.ray_placer.RayPlacer`) on this machine: the same `Placer`
 interface, `slots` stand-in nodes each running one configuration at a time in a staging folder of its own,
-as a Ray actor runs it (`bench.flows.tune_node.NodeRun`, the real node process); the rest wait for a slot.
+as a Ray actor runs it (`bench.flows.node_run.NodeRun`, the real node process); the rest wait for a slot.
 
 `lose(handle)` is the one fault it adds: the node's process killed, and the node then answers as a lost Ray
 node does (NodeLost)."""
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.flows.tune_cluster import NodeLost
-from bench.flows.tune_node import NodeRun, Shipment
+from bench.flows.node_run import NodeRun, Shipment
+from bench.flows.placed import NodeLost
 
 
 @dataclass(eq=False)

@@ -110,8 +110,10 @@ def test_each_command_has_a_one_line_one_sentence_summary(path: tuple[str, ...])
 def test_sweep_help_groups_its_options_own_first_then_the_shared_panels() -> None:
     text, _ = render(("sweep",))
     shown = panels(text)
-    assert [title for title, _ in shown] == ["Sweep", "Engine", "Workload", "Load and bounds", "Output", "Advanced"]
+    assert [title for title, _ in shown] == ["Sweep", "Across a Ray cluster", "Engine", "Workload", "Load and bounds",
+                                             "Output", "Advanced"]
     assert shown[0][1][0] == "--concurrency" and "--rate" in shown[0][1]
+    assert dict(shown)["Across a Ray cluster"] == ["--cluster", "--gpus-per-engine", "--cpus-per-engine"]
     assert "--engine" in dict(shown)["Engine"] and "--dataset" in dict(shown)["Workload"]
     assert "--duration" in dict(shown)["Load and bounds"] and "--ray" in dict(shown)["Advanced"]
 
@@ -122,7 +124,7 @@ def test_every_command_shows_its_own_panel_first_then_the_shared_ones_in_order(p
     text, command = render(path)
     titles = [title for title, _ in panels(text) if title != "Arguments"]
     assert titles[0] == path[-1].capitalize(), titles
-    own = [title for title in titles[1:] if title not in OPTION_PANELS]  # more of its own (bench tune's cluster)
+    own = [title for title in titles[1:] if title not in OPTION_PANELS]  # more of its own (a cluster's)
     assert titles[1:1 + len(own)] == own, titles  # all of its own first
     shared = titles[1 + len(own):]
     assert shared == [p for p in OPTION_PANELS if p in shared], titles  # in order, none empty

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from bench.flows.node_run import Shipment
 from bench.flows.run_pieces import FilePiece, Pieces, ShipmentError, write_piece
 from bench.flows.tune import TuneAsk, run_tune
-from bench.flows.tune_cluster import run_placed
-from bench.flows.tune_node import Shipment
+from bench.flows.tune_cluster import run_tune_placed
 from bench.flows.tune_plan import Tune, TuneConfig, TuneEntry
 from bench.flows.tune_ranking import ConfigResult, hardware_note
 from bench.inputs.measure_options import MeasureFlags
@@ -223,12 +223,12 @@ def test_pieces_lost_on_the_way_or_written_in_part_are_sent_again_and_written_as
 
 
 def test_a_resumed_cluster_tune_keeps_what_each_configuration_asked_of_a_node(tmp_path: Path) -> None:
-    from bench.flows.tune import _settings
+    from bench.flows.tune import settings_of
 
     folder = tmp_path / "tune"
     folder.mkdir()
     Tune(folder, "reference", "capacity", [TuneEntry(TuneConfig("default"), status="complete")],
-         _settings(MeasureFlags(**SHORT, out=tmp_path), None, None),
+         settings_of(MeasureFlags(**SHORT, out=tmp_path), None, None),
          placement={"gpus_per_config": 1.0, "cpus_per_config": 4.0}).save()
     with pytest.raises(ValueError, match="--gpus-per-config 2: this tune's configurations asked for 1 each when "
                                          "it began, and --resume keeps it; drop --gpus-per-config"):
@@ -273,7 +273,7 @@ def test_a_node_cannot_write_outside_the_tune_folder(tmp_path: Path, run_dir: st
     plan = Tune(folder, "reference", "capacity", [TuneEntry(TuneConfig("default"))])
     failures: list[tuple[str, str]] = []
     node = _HostileNode(run_dir, piece)
-    assert run_placed(plan, node, lambda line: None, lambda name, why: failures.append((name, why))) == 1
+    assert run_tune_placed(plan, node, lambda line: None, lambda name, why: failures.append((name, why))) == 1
     assert plan.entries[0].status.startswith("failed: ") and failures and node.released == 1
     assert not (tmp_path / "outside").exists() and not list(tmp_path.rglob("x"))
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == ["tune.json"]

@@ -1,6 +1,7 @@
-"""A tune grid across a real Ray cluster (`bench tune --cluster`): three nodes on this machine
-(tests/e2e/ray_cluster.py, one CPU each, every server on 127.0.0.1), four configurations of the reference
-engine. Opt-in (`pytest -m ray`): Ray lives in an environment of its own, $BENCH_RAY (see the README)."""
+"""A tune grid (`bench tune --cluster`) and a sweep of two engines (`bench sweep --cluster`) across a real Ray
+cluster: three nodes on this machine (tests/e2e/ray_cluster.py, one CPU each, every server on 127.0.0.1), four
+configurations of the reference engine, or two engine files.
+Opt-in (`pytest -m ray`): Ray lives in an environment of its own, $BENCH_RAY (see the README)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.test_sweep_cluster import _check_complete as _check_engine_complete
+from tests.bench.test_sweep_cluster import _engine_file
 from tests.bench.test_tune_cluster import _check_complete, _marked_by
 from tests.servers import is_running
 
@@ -153,6 +156,47 @@ def test_ctrl_c_on_the_driver_stops_every_engine_on_every_node(ray_cluster, tmp_
     assert not list(Path(tempfile.gettempdir()).glob("bench-tune-*"))
 
 
+def test_two_engines_stopped_by_ctrl_c_and_resumed_on_the_cluster_come_back_as_one_sweep(ray_cluster,
+                                                                                          tmp_path) -> None:
+    engines = [_engine_file(tmp_path, "one-seq", 1), _engine_file(tmp_path, "four-seqs", 4)]
+    out = tmp_path / "runs"
+    sweep = ["sweep", "--engine-file", str(engines[0]), "--engine-file", str(engines[1]), "--input-tokens", "16",
+             "--output-tokens", "8", "--concurrency", "1,2", "--duration", "4", "--out", str(out)]
+    driver = subprocess.Popen(ray_cluster.bench(*sweep, "--cluster", ray_cluster.address),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ray_cluster.env)
+    try:
+        def both_past_their_first_level() -> list[Path] | None:
+            runs = [run for run in out.glob("*-chat") if (run / "levels.jsonl").is_file()]
+            return runs if len(runs) == 2 and len(_node_processes()) == 2 else None
+
+        shipped = {run: (run / "levels.jsonl").read_text() for run in _wait_for(both_past_their_first_level)}
+        nodes = _node_processes()
+        driver.send_signal(signal.SIGINT)
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 130, stderr
+    said = " ".join(stderr.split())
+    assert "interrupted:" in said and f"--cluster {ray_cluster.address}" in said, stderr
+    # each engine ran on a node of its own, and each run directory is named for --resume
+    placed = [line.split(": running on ")[1] for line in stdout.splitlines() if ": running on " in line]
+    assert len(placed) == 2 and len(set(placed)) == 2, stdout
+    assert all(f"--resume {run}" in said for run in shipped), stderr
+    _wait_until_gone(nodes)
+    assert _marked_by(nodes) == [] and _node_processes() == []
+    assert not list(Path(tempfile.gettempdir()).glob("bench-tune-*"))
+
+    resumed = subprocess.run(ray_cluster.bench("sweep", *[a for run in shipped for a in ("--resume", str(run))],
+                                               "--cluster", ray_cluster.address),
+                             capture_output=True, text=True, timeout=300, env=ray_cluster.env)
+    assert resumed.returncode == 0, resumed.stderr
+    for run, levels in shipped.items():
+        assert (run / "levels.jsonl").read_text().startswith(levels)  # what was shipped kept as it was
+        _check_engine_complete(run, json.loads((run / "run.json").read_text())["engine_spec"]["name"])
+    assert len(list(out.glob("compare-*.html"))) == 1 and "comparison report:" in resumed.stdout
+    assert _node_processes() == []
+
+
 def _node_processes() -> list[int]:
     """The node processes of a tune running on this machine: {pid: its staging folder}."""
     found = []
@@ -162,14 +206,14 @@ def _node_processes() -> list[int]:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"bench.commands.tune_on_node" in command and is_running(int(entry.name)):
+            if b"bench.commands.on_node" in command and is_running(int(entry.name)):
                 found.append(int(entry.name))
     return sorted(found)
 
 
 def _staging(pid: int) -> Path:
     command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return Path(command[command.index(b"bench.commands.tune_on_node") + 1].decode())
+    return Path(command[command.index(b"bench.commands.on_node") + 1].decode())
 
 
 def _one_with_a_level_shipped(out: Path) -> tuple[str, int]:

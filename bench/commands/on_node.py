@@ -1,12 +1,16 @@
-"""The process that measures one tune configuration on a cluster's node (started by
-`bench.flows.tune_node.NodeRun`, never by hand):
+"""The process that measures one job on a cluster's node (started by `bench.flows.node_run.NodeRun`, never by
+hand):
 
-    python -m bench.commands.tune_on_node STAGING PARENT_PID
+    python -m bench.commands.on_node STAGING PARENT_PID
 
-STAGING holds spec.json (the configuration and the tune's settings) and, for an interrupted configuration,
-its run directory. The configuration is measured there as `bench tune` measures each one, its state kept in
-STAGING/tune.json; what it says goes to stdout, line by line. It dies with PARENT_PID (the node's end of the
-driver): the kernel's tie, and a thread that stops the sweep (and so its engine) when the parent is gone.
+STAGING holds spec.json and, for an interrupted job, its run directory. spec.json's `job` says which:
+- `tune` (bench.flows.tune_cluster): one configuration, measured as `bench tune` measures each one, with the
+  tune's settings, its state kept in STAGING/tune.json as well;
+- `sweep` (bench.flows.sweep_cluster): engine number `index` of the `count` that the sweep's settings give,
+  measured as `bench sweep` measures it (no report: the driver writes them all).
+Its state at the end goes to STAGING/status.json; what it says goes to stdout, line by line. It dies with
+PARENT_PID (the node's end of the driver): the kernel's tie, and a thread that stops the sweep (and so its
+engine) when the parent is gone.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from bench.commands import stopping
+from bench.flows import measure
 from bench.flows.measure import Job
+from bench.flows.node_run import SPEC_FILE, STATUS_FILE
 from bench.flows.sweep import SweepProgress
+from bench.flows.sweep_cluster import sweep_settings_back
 from bench.flows.tune import measure_config, settings_back
-from bench.flows.tune_node import SPEC_FILE
 from bench.flows.tune_plan import Tune, TuneConfig, TuneEntry
+from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
 from common.processes import tie_to_parent
 from loadgen.arrivals import Level
@@ -91,16 +98,49 @@ def main(argv: list[str] | None = None) -> int:
     stopping.install()
     staging = Path(staging_text)
     spec = json.loads((staging / SPEC_FILE).read_text())
+    run = _sweep if spec.get("job") == "sweep" else _tune
+    status = "interrupted"
+    try:
+        status = run(staging, spec, _Lines())
+    except KeyboardInterrupt:
+        return stopping.exit_code()
+    except Exception as exc:  # a flag this node reads otherwise (a file missing here): this job fails, said so
+        status = f"failed: {type(exc).__name__}: {exc}"
+        print(status, flush=True)
+    finally:
+        (staging / STATUS_FILE).write_text(json.dumps({"status": status}))
+    return 0 if status == "complete" else 1
+
+
+def _tune(staging: Path, spec: dict, lines: _Lines) -> str:
+    """A tune's configuration, measured as on one machine; its state as tune.json keeps it."""
     entry = TuneEntry(TuneConfig(spec["config"]["name"], spec["config"]["args"]), spec.get("run_dir"),
                       spec.get("status", "pending"))
     plan = Tune(staging, spec["engine"], spec["objective"], [entry], spec["settings"], spec.get("min_accuracy"))
     plan.save()
     flags, concurrency, rate = settings_back(plan.settings)
-    try:
-        measured = measure_config(plan, entry, flags, LoadOverrides(concurrency=concurrency, rate=rate), _Lines())
-    except KeyboardInterrupt:
-        return stopping.exit_code()
-    return 0 if measured else 1
+    measure_config(plan, entry, flags, LoadOverrides(concurrency=concurrency, rate=rate), lines)
+    return entry.status
+
+
+def _sweep(staging: Path, spec: dict, lines: _Lines) -> str:
+    """One engine of a sweep (or its interrupted run, gone on with), measured as on one machine."""
+    if spec.get("run_dir"):
+        jobs, complete = measure.resumed_jobs(MeasureFlags(resume=[staging / spec["run_dir"]], out=staging),
+                                              "sweep", [], lines.say)
+        if complete:
+            return "complete"
+    else:
+        flags, levels = sweep_settings_back(spec["settings"], staging)
+        jobs = measure.fresh_jobs(flags, levels, say=lines.say)
+        if len(jobs) != spec["count"]:
+            return (f"failed: the sweep's flags give {len(jobs)} engines on this node and {spec['count']} on the "
+                    "driver (are the files they name the same here?)")
+        jobs = [jobs[spec["index"]]]
+    outcome = measure.run_jobs(jobs, lines)
+    if outcome.failures:
+        return f"failed: {outcome.failures[0][1]}"
+    return outcome.results[0].status
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""One tune configuration run on a node of a cluster, and its run directory shipped back in pieces.
+"""One measuring job (a tune's configuration, a sweep's engine) run on a node of a cluster, and its run
+directory shipped back in pieces.
 
-Contract: `NodeRun(staging, spec, files, node)` starts the configuration's sweep on this machine (a child
-process, `python -m bench.commands.tune_on_node STAGING PARENT_PID`, tied to this process so that it, and the
+Contract: `NodeRun(staging, spec, files, node)` starts the job's sweep on this machine (a child
+process, `python -m bench.commands.on_node STAGING PARENT_PID`, tied to this process so that it, and the
 engine it launches with its lifeline, never outlives it). `poll(applied)` returns a `Shipment`: the lines the
 sweep said since the last poll and, each time a level has ended (and once more when the sweep ends), the
 pieces of its run directory that changed (`bench.flows.run_pieces`); `applied` says which shipment the driver
@@ -9,9 +10,9 @@ last wrote, and pieces it did not get go again. The driver writes the pieces int
 node loses at most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would (its run saved as interrupted);
 `close()` ends it for sure and removes the staging folder.
 
-`spec` is what the node needs to know, in JSON: the engine, the objective, the tune's settings (every
-configuration's measuring flags), the configuration, and (to go on with an interrupted one) its run
-directory's name and state, whose files come in `files` (path in the run directory -> bytes).
+`spec` is what the node needs to know, in JSON: which job (`bench.commands.on_node` says what each takes), the
+measuring settings, and (to go on with an interrupted one) its run directory's name and state, whose files come
+in `files` (path in the run directory -> bytes). The node process leaves the job's state in STATUS_FILE.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from common.names import inside
 from engines.lifeline import is_alive, owner_id
 
 SPEC_FILE = "spec.json"
+STATUS_FILE = "status.json"  # the job's state once it has ended: {"status": complete | interrupted | failed: ...}
 OWNER_FILE = "owner"  # the process that runs the configuration here (engines.lifeline.owner_id)
 STAGING_PREFIX = "bench-tune-"
 LOG_FILE = "node.log"
@@ -48,12 +50,12 @@ class Shipment:
     lines: tuple[str, ...] = ()
     run_dir: str | None = None  # the run directory's name, once it exists
     pieces: tuple[FilePiece, ...] = ()
-    status: str | None = None  # the configuration's state once its sweep has ended: complete, interrupted, failed: ...
+    status: str | None = None  # the job's state once its sweep has ended: complete, interrupted, failed: ...
     number: int = 0  # the driver says which it last wrote: one lost on the way is sent again
 
 
 class NodeRun:
-    """A configuration's sweep on this node (see the module's contract)."""
+    """A job's sweep on this node (see the module's contract)."""
 
     def __init__(self, staging: Path, spec: dict[str, Any], files: dict[str, bytes], node: str) -> None:
         self.staging, self.node = staging, node
@@ -65,7 +67,7 @@ class NodeRun:
         staging.mkdir(parents=True, exist_ok=True)
         (staging / OWNER_FILE).write_text(owner_id())
         (staging / SPEC_FILE).write_text(json.dumps(spec))
-        if self.run_name:  # an interrupted configuration goes on from its files
+        if self.run_name:  # an interrupted job goes on from its files
             run_dir = inside(staging, self.run_name, "the run directory to resume")
             for relative, data in files.items():
                 target = safe_path(run_dir, relative)
@@ -74,7 +76,7 @@ class NodeRun:
                 self.pieces.have(relative, target, data)  # the driver has them already
         self._log = (staging / LOG_FILE).open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.commands.tune_on_node", str(staging), str(os.getpid())],
+            [sys.executable, "-m", "bench.commands.on_node", str(staging), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=_child_env())
 
     def poll(self, applied: int) -> Shipment:
@@ -138,10 +140,9 @@ class NodeRun:
         return None
 
     def _status(self) -> str:
-        """The configuration's state as the node's sweep saved it, or why it ended without saying."""
+        """The job's state as the node's sweep saved it, or why it ended without saying."""
         try:
-            (entry,) = json.loads((self.staging / "tune.json").read_text())["configs"]
-            status = str(entry["status"])
+            status = str(json.loads((self.staging / STATUS_FILE).read_text())["status"])
         except (OSError, ValueError, KeyError, TypeError):
             status = "pending"
         if status != "pending":

@@ -1,9 +1,10 @@
-"""Tune configurations placed by Ray (`bench tune --cluster ADDRESS`): each one a Ray actor that asks for what
-the configuration needs (`--gpus-per-config K` GPUs, `--cpus-per-config N` cores) and runs its sweep on the node
-Ray gives it (`bench.flows.tune_node.NodeRun`), the engine and the load on that one node.
+"""Measuring jobs placed by Ray (`bench tune --cluster ADDRESS`, `bench sweep --cluster ADDRESS`): each a tune's
+configuration or a sweep's engine, a Ray actor that asks for what it needs (`--gpus-per-config K` GPUs and
+`--cpus-per-config N` cores, or `--gpus-per-engine`, `--cpus-per-engine`) and runs its sweep on the node Ray
+gives it (`bench.flows.node_run.NodeRun`), the engine and the load on that one node.
 
 Every node needs the toolkit's dependencies in the driver's Python version (`pip install
-'llm-selfhost-bench[ray,reference]'`, or the extras of the engine tuned); our own packages are sent from the
+'llm-selfhost-bench[ray,reference]'`, or the extras of the engines measured); our own packages are sent from the
 driver with the job, so the nodes run the driver's code. The actors belong to the driver: `close` kills them,
 and Ray kills them if the driver dies; each one's sweep, and the engine it launched, dies with its actor.
 """
@@ -16,16 +17,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.flows.tune_cluster import NodeFailed, NodeLost
-from bench.flows.tune_node import STAGING_PREFIX, NodeRun, Shipment, clear_stale_staging, package_folders
-from bench.flows.tune_plan import TuneError
+from bench.flows.node_run import STAGING_PREFIX, NodeRun, Shipment, clear_stale_staging, package_folders
+from bench.flows.placed import ClusterError, NodeFailed, NodeLost
 from loadgen.ray_workers import first_line, join
 
 INSTALL_HINT = "pip install 'llm-selfhost-bench[ray]' (and the engine's extra, e.g. [reference]) on every node"
 
 
-class _ConfigActor:
-    """One configuration on the node Ray placed it on."""
+class _JobActor:
+    """One job on the node Ray placed it on."""
 
     def __init__(self, spec: dict[str, Any], files: dict[str, bytes]) -> None:
         import ray
@@ -46,27 +46,28 @@ class _ConfigActor:
 
 
 class RayPlacer:
-    """A `bench.flows.tune_cluster.Placer` on the Ray cluster at `address`."""
+    """A `bench.flows.placed.Placer` on the Ray cluster at `address`, each job asking for `gpus` GPUs and `cpus`
+    cores; `per` names the flags that ask (`config`: --gpus-per-config, `engine`: --gpus-per-engine)."""
 
-    def __init__(self, address: str, gpus_per_config: float = 0, cpus_per_config: float = 1) -> None:
+    def __init__(self, address: str, gpus: float = 0, cpus: float = 1, per: str = "config") -> None:
         try:
             import ray
         except ImportError:
-            raise TuneError(f"--cluster {address}: the ray package is not installed in this environment; "
-                            f"{INSTALL_HINT}") from None
+            raise ClusterError(f"--cluster {address}: the ray package is not installed in this environment; "
+                               f"{INSTALL_HINT}") from None
         self.ray, self.address = ray, address
-        join(address, package_folders(), "--cluster", TuneError)
+        sizes = f"--gpus-per-{per} {gpus:g} --cpus-per-{per} {cpus:g}"
+        join(address, package_folders(), "--cluster", ClusterError)
         try:
-            _check_room(ray, address, gpus_per_config, cpus_per_config)
-            self.actor = ray.remote(_ConfigActor).options(num_cpus=cpus_per_config, num_gpus=gpus_per_config,
-                                                          max_restarts=0, max_task_retries=0)
-        except TuneError:
+            _check_room(ray, address, gpus, cpus, sizes)
+            self.actor = ray.remote(_JobActor).options(num_cpus=cpus, num_gpus=gpus, max_restarts=0,
+                                                       max_task_retries=0)
+        except ClusterError:
             ray.shutdown()
             raise
         except ValueError as exc:  # Ray's own word on a size it can't ask for (e.g. 1.5 GPUs)
             ray.shutdown()
-            raise TuneError(f"--gpus-per-config {gpus_per_config:g} --cpus-per-config {cpus_per_config:g}: "
-                            f"{first_line(str(exc))}") from None
+            raise ClusterError(f"{sizes}: {first_line(str(exc))}") from None
         self.handles: list[_Handle] = []
 
     def start(self, name: str, spec: dict[str, Any], files: dict[str, bytes]) -> _Handle:
@@ -125,15 +126,14 @@ class _Handle:
         self.heard = False  # it has answered a poll: it ran
 
 
-def _check_room(ray: Any, address: str, gpus: float, cpus: float) -> None:
-    """A TuneError naming the flags when no node of the cluster could ever hold one configuration (Ray would
+def _check_room(ray: Any, address: str, gpus: float, cpus: float, sizes: str) -> None:
+    """A ClusterError naming the flags (`sizes`) when no node of the cluster could ever hold one job (Ray would
     wait for one for ever)."""
     nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
     if any(node.get("GPU", 0) >= gpus and node.get("CPU", 0) >= cpus for node in nodes):
         return
     have = "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no node"
-    raise TuneError(f"--gpus-per-config {gpus:g} --cpus-per-config {cpus:g}: no node of the cluster at {address} "
-                    f"has that much (its nodes: {have})")
+    raise ClusterError(f"{sizes}: no node of the cluster at {address} has that much (its nodes: {have})")
 
 
 def _cause(text: str) -> str:
