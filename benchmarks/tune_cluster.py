@@ -1,12 +1,14 @@
-"""A tune grid placed across a Ray cluster against the same grid run one configuration after another.
+"""A tune grid (or a sweep of several engines) placed across a Ray cluster against the same run one
+configuration (engine) after another.
 
 Starts a local Ray cluster of NODES nodes (tests/e2e/ray_cluster.py, one CPU each, on 127.0.0.1), then in
-turns runs the same four-configuration grid of the reference engine (default, max-num-seqs=1,2,8) with
-`bench tune --cluster` and with plain `bench tune`, and prints each one's wall time, the median ratio, and
-each configuration's peak output tokens/s both ways. Run it with the Python of an environment that has ray,
-with PYTHONPATH at this repository:
+turns runs the same four configurations of the reference engine (default, max-num-seqs=1,2,8) with
+`bench tune --cluster` and with plain `bench tune` (with `--sweep`: the four as engine files of one
+`bench sweep`, with and without `--cluster`), and prints each one's wall time, the median ratio, and each
+configuration's peak output tokens/s both ways. Run it with the Python of an environment that has ray, with
+PYTHONPATH at this repository:
 
-    PYTHONPATH=. $BENCH_RAY/bin/python benchmarks/tune_cluster.py [--rounds 3] [--nodes 3] [--duration 5]
+    PYTHONPATH=. $BENCH_RAY/bin/python benchmarks/tune_cluster.py [--rounds 3] [--nodes 3] [--duration 5] [--sweep]
 
 On one machine the nodes share its cores: the placed grid saves the time the configurations spend starting,
 loading and reporting, and its figures are those of engines that shared the machine (each level says so).
@@ -40,12 +42,34 @@ def _tune(env: dict[str, str], out: Path, duration: float, *extra: str) -> tuple
     return wall_s, {c["name"]: c["peak_output_tokens_per_s"] for c in report["configs"]}
 
 
+def _sweep(env: dict[str, str], out: Path, duration: float, *extra: str) -> tuple[float, dict[str, float]]:
+    """The four configurations as the engines of one sweep: its wall time and each engine's peak output tokens/s."""
+    from bench.run.rundir import read_run
+
+    files = []
+    for name, seqs in (("default", None), ("max-num-seqs=1", 1), ("max-num-seqs=2", 2), ("max-num-seqs=8", 8)):
+        path = out.parent / f"{out.name}-{len(files)}.yaml"
+        path.write_text(f"engine: reference\nname: {name}\nmodel: dummy:tiny\n"
+                        + (f"args:\n  max-num-seqs: {seqs}\n" if seqs else ""))
+        files += ["--engine-file", str(path)]
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "bench", "sweep", *files, *GRID[2:6], *GRID[10:], "--duration",
+                    f"{duration:g}", "--out", str(out), *extra], check=True, env=env, capture_output=True,
+                   timeout=1800)
+    wall_s = time.monotonic() - started
+    runs = [read_run(run_json.parent) for run_json in out.glob("*/run.json")]
+    return wall_s, {str(run.info.engine_spec.name): max(s.throughput.output_tokens_per_s for s in run.summaries)
+                    for run in runs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--sweep", action="store_true", help="a sweep of the four as engines, not a tune")
     args = parser.parse_args()
+    measure, what = (_sweep, "sweep of 4 engines") if args.sweep else (_tune, "grid of 4 configurations")
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_worker_niceness": "0"}
     holder = subprocess.Popen([sys.executable, str(REPO / "tests" / "e2e" / "ray_cluster.py"), str(args.nodes), "1"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -58,7 +82,7 @@ def main() -> None:
             for round_index in range(args.rounds):
                 for mode in ("placed", "serial") if round_index % 2 == 0 else ("serial", "placed"):
                     extra = ["--cluster", address] if mode == "placed" else []
-                    wall_s, figures = _tune(env, Path(root, f"{mode}-{round_index}"), args.duration, *extra)
+                    wall_s, figures = measure(env, Path(root, f"{mode}-{round_index}"), args.duration, *extra)
                     walls[mode].append(wall_s)
                     for name, value in figures.items():
                         peaks[mode].setdefault(name, []).append(value or 0.0)
@@ -67,7 +91,7 @@ def main() -> None:
         holder.stdin.close()
         holder.wait(timeout=120)
     placed, serial = statistics.median(walls["placed"]), statistics.median(walls["serial"])
-    print(f"\ngrid of 4 configurations, levels 1,8 of {args.duration:g} s, {args.nodes} nodes of one CPU, "
+    print(f"\n{what}, levels 1,8 of {args.duration:g} s, {args.nodes} nodes of one CPU, "
           f"median of {args.rounds}")
     print(f"placed on the cluster: {placed:.1f} s; one after another: {serial:.1f} s; x{serial / placed:.2f}")
     print("\n| configuration | peak out tok/s placed | one after another |\n|---|---|---|")
