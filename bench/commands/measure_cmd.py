@@ -3,6 +3,7 @@ the outcome printed with `display.show_outcome`; a bad flag ends the command wit
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,28 +72,38 @@ def _sweep_on_cluster(flags: MeasureFlags, levels: LoadOverrides, cluster: str |
     if cluster is None:
         fail("--gpus-per-engine and --cpus-per-engine say what each engine asks of a cluster's node; give "
              "--cluster ADDRESS with them")
+    if flags.ray is not None:
+        fail(f"--ray {flags.ray} --cluster {cluster}: with --cluster each engine's load comes from its own node; "
+             "drop --ray (or --cluster, to put only the client's workers on Ray)")
     gpus, cpus = gpus if gpus is not None else 0.0, cpus if cpus is not None else 1.0
     watch = RichJobWatcher()
     try:
         if flags.resume:
-            jobs, (works, complete) = [], sweep_cluster.resume_works(flags, levels.given(), watch.say)
+            checked, complete = sweep_cluster.resume_works(flags, levels.given(), watch.say)
+            works, title = checked, ""
         else:
             jobs = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", levels.given())[0]
-            works, complete = sweep_cluster.sweep_works(jobs, flags, levels), []
-        placer = RayPlacer(cluster, gpus, cpus, per="engine")
-        watch.say(f"placing {len(works)} engines on the cluster at {cluster}, each asking for {gpus:g} GPUs and "
-                  f"{cpus:g} CPUs")
-        outcome = sweep_cluster.run_works(works, placer, watch)
+            works, complete, title = sweep_cluster.sweep_works(jobs, flags, levels), [], jobs[0].plan.scenario.name
+        outcome = measure.Outcome((), ())
+        if works:  # every run already complete: nothing to place
+            placer = RayPlacer(cluster, gpus, cpus, per="engine")
+            watch.say(f"placing {len(works)} engines on the cluster at {cluster}, each asking for {gpus:g} GPUs "
+                      f"and {cpus:g} CPUs")
+            outcome = sweep_cluster.run_works(works, placer, watch)
     except (ClusterError, ResumeError) as exc:
         fail(str(exc))
     except sweep_cluster.SweepInterrupted as stopped:
-        again = " ".join(f"--resume {run_dir}" for run_dir in stopped.run_dirs) or "--resume RUN_DIR"
-        errors.print(f"[yellow]interrupted:[/] every level shipped is kept in its run directory (go on with "
-                     f"bench sweep {escape(again)} --cluster {escape(cluster)})", markup=True, highlight=False)
+        again = shlex.join(["bench", "sweep", *[a for d in stopped.run_dirs for a in ("--resume", str(d))],
+                            "--cluster", cluster, "--gpus-per-engine", f"{gpus:g}", "--cpus-per-engine", f"{cpus:g}"])
+        never = f"; not started: {', '.join(stopped.not_started)}" if stopped.not_started else ""
+        kept = f"every level shipped is kept in its run directory (go on with {again})" if stopped.run_dirs \
+            else "nothing was measured yet"
+        errors.print(f"[yellow]interrupted:[/] {escape(kept + never)}", markup=True, highlight=False)
         raise typer.Exit(stopping.exit_code()) from None
-    except KeyboardInterrupt:  # while Ray was being joined: nothing placed
+    except KeyboardInterrupt:  # while Ray was being joined, or the shipped runs read: nothing more to stop
+        errors.print("[yellow]interrupted[/]", markup=True, highlight=False)
         raise typer.Exit(stopping.exit_code()) from None
-    _finish(outcome, complete, flags, jobs[0].plan.scenario.name if jobs else "")
+    _finish(outcome, complete, flags, title)
 
 
 # Shared flags a capacity search has no use for (bench.commands.flags.measure_command refuses them with this).

@@ -98,10 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     stopping.install()
     staging = Path(staging_text)
     spec = json.loads((staging / SPEC_FILE).read_text())
-    run = _sweep if spec.get("job") == "sweep" else _tune
     status = "interrupted"
     try:
-        status = run(staging, spec, _Lines())
+        status = JOBS[spec["job"]](staging, spec, _Lines())
     except KeyboardInterrupt:
         return stopping.exit_code()
     except Exception as exc:  # a flag this node reads otherwise (a file missing here): this job fails, said so
@@ -133,14 +132,20 @@ def _sweep(staging: Path, spec: dict, lines: _Lines) -> str:
     else:
         flags, levels = sweep_settings_back(spec["settings"], staging)
         jobs = measure.fresh_jobs(flags, levels, say=lines.say)
-        if len(jobs) != spec["count"]:
-            return (f"failed: the sweep's flags give {len(jobs)} engines on this node and {spec['count']} on the "
-                    "driver (are the files they name the same here?)")
+        names = [job.plan.engine_kind for job in jobs]
+        if len(jobs) != spec["count"] or names[spec["index"]] != spec["engine"]:
+            return (f"failed: the sweep's flags give the engines {', '.join(names)} on this node, and engine "
+                    f"{spec['index'] + 1} of {spec['count']} is {spec['engine']} on the driver (are the files they "
+                    "name the same here?)")
         jobs = [jobs[spec["index"]]]
     outcome = measure.run_jobs(jobs, lines)
     if outcome.failures:
         return f"failed: {outcome.failures[0][1]}"
     return outcome.results[0].status
+
+
+# What spec.json's `job` may ask for; anything else fails the job, named.
+JOBS = {"tune": _tune, "sweep": _sweep}
 
 
 if __name__ == "__main__":

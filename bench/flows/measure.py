@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -184,9 +184,17 @@ def client_pool(workers: int | None, ray: str | None) -> ClientPool:
 def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],
                  say: Say = silent) -> tuple[list[Job], list[Path]]:
     """The jobs that go on with `flags.resume`'s run directories, and those already complete."""
+    checked, complete = resumable(flags, command, other_flags, say)
+    return [replace(job, resume=prepare(run_dir, run)) for run_dir, run, job in checked], complete
+
+
+def resumable(flags: MeasureFlags, command: str, other_flags: list[str],
+              say: Say = silent) -> tuple[list[tuple[Path, rundir.RunInfo, Job]], list[Path]]:
+    """Each of `flags.resume`'s run directories not yet complete, checked as a resume is (its job not yet told
+    where its levels stand: its files are as they were), and those already complete."""
     from engines.registry import make_launcher
 
-    jobs, complete = [], []
+    checked, complete = [], []
     for run_dir in flags.resume or []:
         run = open_run(run_dir, command)
         check_unchanged(run_dir, run, flags, other_flags)
@@ -215,8 +223,8 @@ def resumed_jobs(flags: MeasureFlags, command: str, other_flags: list[str],
         launcher = make_launcher(spec)
         shown = [f"resuming {run_dir}, which launches what its run.json says:", *launch_preview(spec)]
         say("\n  ".join(shown))  # before anything runs
-        jobs.append(Job(plan, launcher, prepare(run_dir, run)))
-    return jobs, complete
+        checked.append((run_dir, run, Job(plan, launcher)))
+    return checked, complete
 
 
 def _check_no_secret_left_out(run_dir: Path, spec: EngineFile) -> None:

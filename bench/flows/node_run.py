@@ -34,8 +34,8 @@ from engines.lifeline import is_alive, owner_id
 
 SPEC_FILE = "spec.json"
 STATUS_FILE = "status.json"  # the job's state once it has ended: {"status": complete | interrupted | failed: ...}
-OWNER_FILE = "owner"  # the process that runs the configuration here (engines.lifeline.owner_id)
-STAGING_PREFIX = "bench-tune-"
+OWNER_FILE = "owner"  # the process that runs the job here (engines.lifeline.owner_id)
+STAGING_PREFIX = "bench-node-"
 LOG_FILE = "node.log"
 LEVELS_FILE = "levels.jsonl"
 PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scenarios", "scripted")

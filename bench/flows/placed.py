@@ -1,14 +1,15 @@
 """Measuring jobs run side by side, each where a `Placer` puts it: a tune's configurations (`bench tune
 --cluster`) or a sweep's engines (`bench sweep --cluster`).
 
-Contract: `run_placed(works, placer, say, failed)` starts every work at once; the placer runs each as soon as it
-has room (Ray: a node with the resources asked for), the rest wait. Each work's sweep runs on its node
-(`bench.flows.node_run`), whose run directory comes back in pieces as its levels end (`bench.flows.run_pieces`)
-and is written into the work's folder, its state kept in the work's `Slot` and saved (`save`) after every change;
-each poll tells the node which shipment was last written, so one lost on the way is sent again. A work whose node
-is lost is marked interrupted (its run directory goes on from the levels shipped), the others go on. Ctrl-C asks
-every node to stop as Ctrl-C would, waits for their last pieces, then ends whatever is left, and raises
-KeyboardInterrupt; any other failure of the driver leaves each unfinished work interrupted as well.
+Contract: `run_placed(works, placer, save, say, failed, resume_with)` starts every work at once; the placer runs
+each as soon as it has room (Ray: a node with the resources asked for), the rest wait. Each work's sweep runs on
+its node (`bench.flows.node_run`), whose run directory comes back in pieces as its levels end
+(`bench.flows.run_pieces`) and is written into the work's folder, its state kept in the work's `Slot` and saved
+(`save`) after every change; each poll tells the node which shipment was last written, so one lost on the way is
+sent again. A work whose node is lost is marked interrupted (its run directory goes on from the levels shipped,
+with `resume_with`), the others go on. Ctrl-C asks every node to stop as Ctrl-C would, waits for their last
+pieces, then ends whatever is left, and raises KeyboardInterrupt; any other failure of the driver leaves each
+unfinished work interrupted as well.
 
 A placer is Ray's (`bench.flows.ray_placer.RayPlacer`) or, in tests, a stand-in speaking the same `Placer`
 interface on this machine. A node's answers are not trusted: the names and paths it sends stay inside the
@@ -132,8 +133,9 @@ class _Shipper:
             self.say(f"{work.name}: {plain(line, LINE_LIMIT)}")
 
     def _name_for(self, work: Work, node_name: str) -> str:
-        """The run directory's name in the work's folder: the node's, unless another work or folder has it."""
-        if plain(node_name, NODE_LIMIT) != node_name:
+        """The run directory's name in the work's folder: the node's, unless another work or folder has it. A
+        hidden name (.history, the folder's history) is not a run directory's."""
+        if plain(node_name, NODE_LIMIT) != node_name or node_name.startswith("."):
             raise UnsafeNameError(f"a node's run directory: {node_name[:80]!r} is not a plain printable name")
         inside(work.folder, node_name, "a node's run directory")
         taken = {w.slot.run_dir for w in self.works if w is not work and w.folder == work.folder}
@@ -145,15 +147,16 @@ class _Shipper:
 
 
 def run_placed(works: list[Work], placer: Placer, save: Callable[[], None], say: Callable[[str], None],
-               failed: Callable[[str, str], None]) -> int:
-    """Every work measured where the placer puts it (see the module's contract); how many did not complete."""
+               failed: Callable[[str, str], None], resume_with: str) -> int:
+    """Every work measured where the placer puts it (see the module's contract); how many did not complete.
+    `resume_with`: the command that goes on with an interrupted one, as the lost-node line names it."""
     shipper = _Shipper(works, save, say)
     placed: list[_Placed] = []
     try:
         for work in works:
             placed.append(_Placed(work, placer.start(work.name, work.spec, work.files)))
         save()
-        _follow(placed, placer, shipper, failed)
+        _follow(placed, placer, shipper, failed, resume_with)
     except KeyboardInterrupt:
         _stop_all(placed, placer, shipper)
         raise
@@ -165,7 +168,8 @@ def run_placed(works: list[Work], placer: Placer, save: Callable[[], None], say:
     return sum(work.slot.status != "complete" for work in works)
 
 
-def _follow(placed: list[_Placed], placer: Placer, shipper: _Shipper, failed: Callable[[str, str], None]) -> None:
+def _follow(placed: list[_Placed], placer: Placer, shipper: _Shipper, failed: Callable[[str, str], None],
+            resume_with: str) -> None:
     """Each placed work polled until it ends, its node is lost, or its node is not trusted further."""
     running = list(placed)
     while running:
@@ -178,7 +182,7 @@ def _follow(placed: list[_Placed], placer: Placer, shipper: _Shipper, failed: Ca
                 shipper.apply(one, shipment)
             except NodeLost as lost:
                 slot.status = "interrupted"
-                failed(name, f"interrupted: {lost} (--resume goes on from the levels it shipped)")
+                failed(name, f"interrupted: {lost} ({resume_with} goes on from the levels it shipped)")
             except NodeFailed as why:
                 slot.status = f"failed: {plain(str(why), STATUS_LIMIT)}"
                 failed(name, slot.status.removeprefix("failed: "))
@@ -202,7 +206,7 @@ def _stop_all(placed: list[_Placed], placer: Placer, shipper: _Shipper) -> None:
     (one that never started stays pending), and each node's staging folder removed."""
     running = [one for one in placed if not one.done and one.heard]  # one still waiting for room is not started
     try:
-        shipper.say(f"stopping the {len(running)} jobs running on their nodes")
+        shipper.say(f"stopping the {len(running)} running on their nodes")
         for one in running:
             placer.stop(one.handle)
         deadline = time.monotonic() + STOP_WAIT_S
@@ -248,6 +252,11 @@ def for_nodes(settings: dict[str, Any]) -> dict[str, Any]:
             flags[name] = str(Path(value).resolve())
     if flags.get("engine_file"):
         flags["engine_file"] = [str(Path(path).resolve()) for path in flags["engine_file"]]
+    if flags.get("lora"):  # NAME=PATH, the path a PEFT folder
+        flags["lora"] = [f"{name}={Path(path).resolve()}" if sep else name
+                         for name, sep, path in (item.partition("=") for item in flags["lora"])]
+    if isinstance(flags.get("ui_python"), str) and Path(flags["ui_python"]).exists():
+        flags["ui_python"] = str(Path(flags["ui_python"]).absolute())  # a venv's python: its link kept
     return {**settings, "flags": flags}
 
 

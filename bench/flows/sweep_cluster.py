@@ -15,20 +15,21 @@ directories, once every node has stopped and shipped what it measured.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.flows.measure import Job, JobWatcher, Outcome, check_unchanged
+from bench.flows import measure
+from bench.flows.measure import Job, JobWatcher, Outcome
 from bench.flows.placed import Placer, Work, files_of, for_nodes, run_placed
 from bench.flows.sweep import SweepResult
 from bench.flows.tune import settings_back, settings_of
 from bench.flows.tune_ranking import hardware_of
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
-from bench.run.resume import launch_preview, open_run
-from bench.run.rundir import Run, RunDirError, read_run
+from bench.run.rundir import ENGINE_LOG, LEVELS_FILE, Run, RunDirError, read_run
 
 JOB = "sweep"  # what the node process is asked to run (bench.commands.on_node)
 
@@ -56,36 +57,30 @@ def sweep_settings_back(settings: dict[str, Any], out: Path) -> tuple[MeasureFla
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C, once every node has stopped: `run_dirs` are the run directories --resume goes on with."""
+    """Ctrl-C, once every node has stopped: `run_dirs` are the run directories --resume goes on with, and
+    `not_started` the engines still waiting for room (they left nothing to go on with)."""
 
-    def __init__(self, run_dirs: list[Path]) -> None:
+    def __init__(self, run_dirs: list[Path], not_started: list[str]) -> None:
         super().__init__()
-        self.run_dirs = run_dirs
+        self.run_dirs, self.not_started = run_dirs, not_started
 
 
 def sweep_works(jobs: list[Job], flags: MeasureFlags, levels: LoadOverrides) -> list[Work]:
     """A work of each of a fresh sweep's jobs, each to be measured on a node of its own."""
     settings = for_nodes(sweep_settings(flags, levels))
     return [Work(job.plan.engine_kind, SweepSlot(), flags.out,
-                 {"job": JOB, "settings": settings, "index": index, "count": len(jobs)})
+                 {"job": JOB, "settings": settings, "index": index, "count": len(jobs), "engine": job.plan.engine_kind})
             for index, job in enumerate(jobs)]
 
 
 def resume_works(flags: MeasureFlags, given: list[str], say: Callable[[str], None]) -> tuple[list[Work], list[Path]]:
-    """A work of each `--resume` run directory not yet complete; those already complete apart. A flag that would
-    change a run is refused (ResumeError), as on one machine."""
-    works, complete = [], []
-    for run_dir in flags.resume or []:
-        run = open_run(run_dir, JOB)
-        check_unchanged(run_dir, run, flags, given)
-        if run.status == "complete":
-            complete.append(run_dir)
-            continue
-        assert run.engine_spec is not None  # open_run refuses a run without it
-        say("\n  ".join([f"resuming {run_dir}, which launches what its run.json says:",
-                               *launch_preview(run.engine_spec)]))
-        works.append(Work(run.engine_spec.name or run.engine_spec.engine, SweepSlot(run_dir.name, "interrupted"),
-                          run_dir.parent, {"job": JOB, "run_dir": run_dir.name}, files_of(run_dir)))
+    """A work of each `--resume` run directory not yet complete; those already complete apart. Each is checked
+    here as on one machine (a flag that would change it, a secret run.json does not keep, a dataset changed since:
+    ResumeError), its files left as they are: its node sees where its levels stand."""
+    checked, complete = measure.resumable(flags, JOB, given, say)
+    works = [Work(job.plan.engine_kind, SweepSlot(run_dir.name, "interrupted"), run_dir.parent,
+                  {"job": JOB, "run_dir": run_dir.name, "engine": job.plan.engine_kind}, files_of(run_dir))
+             for run_dir, _, job in checked]
     return works, complete
 
 
@@ -93,15 +88,17 @@ def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
     """The works placed and followed to their end; what they measured, as a sweep here would have it."""
     try:
         if works:
-            run_placed(works, placer, lambda: None, watch.say, watch.failed)
+            run_placed(works, placer, lambda: None, watch.say, watch.failed, "bench sweep --resume")
         else:
             placer.close()
     except KeyboardInterrupt:
         raise SweepInterrupted([work.folder / work.slot.run_dir for work in works
-                                if work.slot.run_dir and work.slot.status != "complete"]) from None
+                                if work.slot.run_dir and work.slot.status != "complete"],
+                               [work.name for work in works if work.slot.status == "pending"]) from None
     results, failures, measured = [], [], []
     for work in works:
         slot = work.slot
+        _drop_if_never_started(work)
         run = _read(work.folder / slot.run_dir) if slot.run_dir else None
         if slot.status == "complete" and run is not None:
             results.append(SweepResult(work.folder / slot.run_dir, run, slot.status))
@@ -126,6 +123,18 @@ def hardware_note(measured: list[tuple[str, str | None, Run]]) -> str | None:
         return None
     return ("the engines were measured on different hardware, so compare them with care: "
             + "; ".join(f"{', '.join(names)} on {hardware}" for hardware, names in by_hardware.items()))
+
+
+def _drop_if_never_started(work: Work) -> None:
+    """A fresh engine that failed before it started, and left no log: its run directory removed, as on one machine
+    (its node removed its own copy)."""
+    slot = work.slot
+    if work.spec.get("run_dir") or not slot.run_dir or not slot.status.startswith("failed"):
+        return
+    run_dir = work.folder / slot.run_dir
+    if not (run_dir / ENGINE_LOG).exists() and not (run_dir / LEVELS_FILE).exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        slot.run_dir = None
 
 
 def _read(run_dir: Path) -> Run | None:

@@ -284,7 +284,7 @@ def settings_of(flags: MeasureFlags, concurrency: str | None, rate: str | None) 
 def settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
     """`settings_of`' JSON back into the flags it was made from."""
     values = dict(settings.get("flags", {}))
-    for name in ("tokenizer", "dataset"):
+    for name in ("tokenizer", "dataset", "adapters_dir"):
         values[name] = Path(values[name]) if values.get(name) else None
     values["engine_file"] = [Path(p) for p in values["engine_file"]] if values.get("engine_file") else None
     return (MeasureFlags(**values, out=Path(settings.get("out", "runs"))), settings.get("concurrency"),

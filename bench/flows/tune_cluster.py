@@ -31,4 +31,4 @@ def run_tune_placed(plan: Tune, placer: Placer, say: Callable[[str], None], fail
                 "run_dir": entry.run_dir, "status": entry.status}
         files = files_of(plan.folder / entry.run_dir) if entry.run_dir else {}
         works.append(Work(entry.config.name, entry, plan.folder, spec, files, entry.node if goes_on else None))
-    return run_placed(works, placer, plan.save, say, failed)
+    return run_placed(works, placer, plan.save, say, failed, "bench tune --resume")

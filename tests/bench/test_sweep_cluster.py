@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from bench.commands.cli import app
 from bench.flows import measure
-from bench.flows.sweep_cluster import resume_works, run_works, sweep_works
+from bench.flows.placed import for_nodes
+from bench.flows.sweep_cluster import resume_works, run_works, sweep_settings, sweep_settings_back, sweep_works
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
 from tests.bench.placer_stand_in import LocalPlacer
@@ -84,3 +86,24 @@ def test_what_each_engine_asks_of_a_node_without_a_cluster_is_refused_naming_the
     assert "--gpus-per-engine and --cpus-per-engine say what each engine asks of a cluster's node; give --cluster" \
         in " ".join(result.output.split())
     assert not list(tmp_path.iterdir())
+
+
+def test_client_workers_on_ray_with_the_cluster_are_refused_naming_both_flags(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--ray", "auto", "--cluster", "auto", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "--ray auto --cluster auto: with --cluster each engine's load comes from its own node; drop --ray" in said
+
+
+def test_the_files_flags_name_reach_a_node_as_absolute_paths_of_the_right_type(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for folder in ("adapters", "peft-a"):
+        (tmp_path / folder).mkdir()
+    flags = MeasureFlags(adapters_dir=Path("adapters"), lora=["a=peft-a"], engine_file=[Path("one.yaml")],
+                         out=Path("runs"))
+    shipped = json.loads(json.dumps(for_nodes(sweep_settings(flags, LoadOverrides(concurrency="1,8")))))
+    back, levels = sweep_settings_back(shipped, Path("/staging"))
+    assert back.adapters_dir == tmp_path / "adapters" and isinstance(back.adapters_dir, Path)
+    assert back.lora == [f"a={tmp_path / 'peft-a'}"] and back.engine_file == [tmp_path / "one.yaml"]
+    assert back.out == Path("/staging") and levels.concurrency == "1,8"

@@ -266,7 +266,8 @@ class _HostileNode:
 
 
 @pytest.mark.parametrize(("run_dir", "piece"), [("../outside", "run.json"), ("run", "../../outside/x"),
-                                                ("run", "/etc/x"), ("run", "a/../../x")])
+                                                ("run", "/etc/x"), ("run", "a/../../x"),
+                                                (".history", "history.sqlite")])  # the folder's own history
 def test_a_node_cannot_write_outside_the_tune_folder(tmp_path: Path, run_dir: str, piece: str) -> None:
     folder = tmp_path / "tune"
     folder.mkdir()
