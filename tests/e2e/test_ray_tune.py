@@ -102,8 +102,8 @@ def test_four_configurations_on_three_nodes_rank_as_run_one_after_another(ray_cl
     side_by_side, one_by_one = _peaks(folder), _peaks(_folder(tmp_path / "serial"))
     # The ranking holds wherever the serial figures tell two configurations apart by 2x or more. Placed, three
     # engines share these two cores, and the one that waited for room runs alone at the end: a placed figure moves
-    # by more than half with what ran beside it (max-num-seqs=2 against 1 was 1.49x serial, and 0.9x to 1.95x
-    # placed, in runs here), so closer pairs are within their intervals either way.
+    # by more than half with what ran beside it (max-num-seqs=2 against 1: 1.49x serial; placed, 1.95x in one run
+    # here and at most 1x in another), so closer pairs are within their intervals either way.
     for a, b in ((a, b) for a in one_by_one for b in one_by_one if one_by_one[a] >= 2 * one_by_one[b]):
         assert side_by_side[a] > side_by_side[b], (a, b, side_by_side, one_by_one)
     sys.stderr.write(f"grid of 4 on 3 nodes: {placed_s:.1f} s; one after another: {serial_s:.1f} s\n")
