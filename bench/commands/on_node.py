@@ -30,9 +30,10 @@ from bench.flows.measure import Job
 from bench.flows.node_run import SPEC_FILE, STATUS_FILE
 from bench.flows.sweep import SweepProgress
 from bench.flows.sweep_cluster import sweep_settings_back
-from bench.flows.tune import measure_config, settings_back
+from bench.flows.tune import measure_config
 from bench.flows.tune_plan import Tune, TuneConfig, TuneEntry
 from bench.inputs.measure_options import MeasureFlags
+from bench.inputs.measure_settings import settings_back
 from bench.inputs.options import LoadOverrides
 from common.processes import tie_to_parent
 from loadgen.arrivals import Level

@@ -25,9 +25,9 @@ from bench.flows import measure
 from bench.flows.measure import Job, JobWatcher, Outcome
 from bench.flows.placed import Placer, Work, files_of, for_nodes, run_placed
 from bench.flows.sweep import SweepResult
-from bench.flows.tune import settings_back, settings_of
 from bench.flows.tune_ranking import hardware_of
 from bench.inputs.measure_options import MeasureFlags
+from bench.inputs.measure_settings import settings_back, settings_of
 from bench.inputs.options import LoadOverrides
 from bench.run.rundir import ENGINE_LOG, LEVELS_FILE, Run, RunDirError, read_run
 

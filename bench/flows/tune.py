@@ -42,6 +42,7 @@ from bench.flows.tune_ranking import (
 )
 from bench.inputs.flag_text import given_flags
 from bench.inputs.measure_options import MeasureFlags
+from bench.inputs.measure_settings import settings_back, settings_of
 from bench.inputs.options import LoadOverrides
 from bench.run.resume import check_owner
 from common.private import make_private_dir
@@ -271,24 +272,6 @@ def _measured(plan: Tune, entry: TuneEntry, outcome: measure.Outcome, before: se
     if outcome.failures:
         watch.failed(entry.config.name, outcome.failures[0][1])
     return entry.status == "complete"
-
-
-def settings_of(flags: MeasureFlags, concurrency: str | None, rate: str | None) -> dict[str, Any]:
-    """What every configuration is measured with, in JSON."""
-    values = {f.name: getattr(flags, f.name) for f in dataclasses.fields(flags) if f.name not in ("resume", "out")}
-    as_text = {k: [str(p) for p in v] if isinstance(v, list) and v and isinstance(v[0], Path)
-               else str(v) if isinstance(v, Path) else v for k, v in values.items()}
-    return {"flags": as_text, "out": str(flags.out), "concurrency": concurrency, "rate": rate}
-
-
-def settings_back(settings: dict[str, Any]) -> tuple[MeasureFlags, str | None, str | None]:
-    """`settings_of`' JSON back into the flags it was made from."""
-    values = dict(settings.get("flags", {}))
-    for name in ("tokenizer", "dataset", "adapters_dir"):
-        values[name] = Path(values[name]) if values.get(name) else None
-    values["engine_file"] = [Path(p) for p in values["engine_file"]] if values.get("engine_file") else None
-    return (MeasureFlags(**values, out=Path(settings.get("out", "runs"))), settings.get("concurrency"),
-            settings.get("rate"))
 
 
 def _report(name: str, run_dir: Path, watch: TuneWatcher) -> None:

@@ -223,7 +223,7 @@ def test_pieces_lost_on_the_way_or_written_in_part_are_sent_again_and_written_as
 
 
 def test_a_resumed_cluster_tune_keeps_what_each_configuration_asked_of_a_node(tmp_path: Path) -> None:
-    from bench.flows.tune import settings_of
+    from bench.inputs.measure_settings import settings_of
 
     folder = tmp_path / "tune"
     folder.mkdir()
