@@ -7,17 +7,26 @@ rows, so no table by CPU family holds: on one 2-core Intel Xeon here, in float32
 against 0.10 ms for a 960 x 576 projection at one row and lost at 16 rows, while on a 2-core AMD EPYC the
 engine's one-user decode ran at 0.71-0.78x llama.cpp's with the kernels picked by a fixed table.
 
-So at load, for each distinct (shape, format) among the model's quantized weights, both products are timed on
-one of them at 1, 2, 4, 8 and 16 rows (taking turns, the fastest of several calls: on a shared machine a call
-that lost its core to another process says nothing about the kernel), and every weight of that
-shape runs the kernel up to the most rows at which it won at every count up to there: 0 where it never wins (the
-dense copy always). Both read the same values (the dense copy holds the kernel's own weights, dequantized).
+So at load, for each distinct (shape, format) among the model's quantized weights, both products are timed at 1,
+2, 4, 8 and 16 rows, and every weight of that shape runs the kernel up to the most rows at which it won at every
+count up to there: 0 where it never wins (the dense copy always). Both read the same values (the dense copy holds
+the kernel's own weights, dequantized).
+
+Each call reads a weight from memory, as a step does: the calls go round the shape's weights (one layer's, then
+the next's), so a weight read a moment ago is not read again from the caches. Timing one weight over and over
+measured its cached copy instead, which flatters the dense product (4x the bytes of int4): on a 2-core AMD EPYC
+in bfloat16 the MLP's two shapes came out near ties at one row (3072x576: int4 0.057 ms, dense 0.058 ms), so a
+load picked either, and a one-user step with the dense copy there took 20.9 ms against 14.7 ms. Read from
+memory, int4 wins by 2.3x (0.063 against 0.144 ms). The two products take turns on each weight, and each keeps
+the median of its calls (on a shared machine a call that lost its core to another process says nothing about
+the kernel).
 
 This module knows nothing of models' structure beyond their quantized weights.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -57,7 +66,7 @@ def choose_kernels(weights: Iterable[QuantizedWeight], dtype: torch.dtype, repea
             groups.setdefault((weight.format, tuple(weight.shape)), []).append(weight)  # type: ignore[arg-type]
     choices = []
     for (weight_format, shape), members in groups.items():
-        kernel_ms, dense_ms = _times(members[0], dtype, repeats)
+        kernel_ms, dense_ms = _times(members, dtype, repeats)
         max_rows = _max_winning_rows(kernel_ms, dense_ms)
         for weight in members:
             weight.max_rows = max_rows
@@ -65,29 +74,33 @@ def choose_kernels(weights: Iterable[QuantizedWeight], dtype: torch.dtype, repea
     return choices
 
 
-def _times(weight: QuantizedWeight, dtype: torch.dtype, repeats: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _times(weights: list[QuantizedWeight], dtype: torch.dtype,
+           repeats: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Each product's median time at each of ROW_COUNTS, over at least `repeats` calls going round `weights`."""
     kernel_ms, dense_ms = [], []
     generator = torch.Generator().manual_seed(0)
+    rounds = -(-repeats // len(weights))  # every weight at least once, `repeats` calls at least
     for rows in ROW_COUNTS:
-        x = torch.randn(rows, weight.shape[1], generator=generator).to(dtype)
-        kernel, dense = _fastest_ms_in_turns(lambda x=x: weight.kernel_linear(x),
-                                            lambda x=x: dense_linear(x, weight.dense), repeats)
+        x = torch.randn(rows, weights[0].shape[1], generator=generator).to(dtype)
+        calls = [(lambda w=w, x=x: w.kernel_linear(x), lambda w=w, x=x: dense_linear(x, w.dense))
+                 for w in weights] * rounds
+        kernel, dense = _median_ms_in_turns(calls)
         kernel_ms.append(kernel)
         dense_ms.append(dense)
     return tuple(kernel_ms), tuple(dense_ms)
 
 
-def _fastest_ms_in_turns(first: Callable[[], object], second: Callable[[], object],
-                         repeats: int) -> tuple[float, float]:
-    """Each called in turn (so a slow moment of a shared machine falls on both), after one call each to warm."""
-    first(), second()
+def _median_ms_in_turns(calls: list[tuple[Callable[[], object], Callable[[], object]]]) -> tuple[float, float]:
+    """Each pair's two calls in turn (so a slow moment of a shared machine falls on both), after one call of the
+    first pair each to warm the code paths; the median time of each side."""
+    calls[0][0](), calls[0][1]()
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for call, kept in ((first, times[0]), (second, times[1])):
+    for pair in calls:
+        for call, kept in zip(pair, times, strict=True):
             started = time.perf_counter()
             call()
             kept.append((time.perf_counter() - started) * 1000)
-    return min(times[0]), min(times[1])
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _max_winning_rows(kernel_ms: tuple[float, ...], dense_ms: tuple[float, ...]) -> int:

@@ -47,3 +47,23 @@ def test_a_loaded_model_says_what_it_chose_and_both_paths_give_the_same_logits()
     for max_rows in (0, 16):  # the dense copy, then the kernel: the same values, the kernel's bfloat16 rounding
         weight.max_rows = max_rows
         torch.testing.assert_close(weight.linear(x), weight.kernel_linear(x), rtol=2e-2, atol=2e-2)
+
+
+def test_the_timing_goes_round_every_weight_of_a_shape_so_none_is_timed_from_the_caches() -> None:
+    model = dummy_model("tiny", dtype=torch.bfloat16)
+    model.keep_weights("int4", "int8")
+    members = [layer.qkv_proj for layer in model.layers]
+    calls: dict[int, int] = {}
+
+    def counted(index: int, product):  # noqa: ANN001, ANN202 - the weight's own product, counted
+        def call(x: torch.Tensor) -> torch.Tensor:
+            calls[index] = calls.get(index, 0) + 1
+            return product(x)
+        return call
+
+    for index, weight in enumerate(members):
+        weight.kernel_linear = counted(index, weight.kernel_linear)
+    (choice,) = choose_kernels(members, torch.bfloat16, repeats=len(members))
+    # every weight once at each row count (and the first once more, to warm the code paths): none read twice in a row
+    assert calls == {0: 2 * len(ROW_COUNTS), **{i: len(ROW_COUNTS) for i in range(1, len(members))}}
+    assert choice.num_weights == len(members) and all(w.max_rows == choice.max_rows for w in members)
