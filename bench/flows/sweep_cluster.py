@@ -30,6 +30,7 @@ from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.measure_settings import settings_back, settings_of
 from bench.inputs.options import LoadOverrides
 from bench.run.rundir import ENGINE_LOG, LEVELS_FILE, Run, RunDirError, read_run
+from bench.run.runinfo import HostRecord
 
 JOB = "sweep"  # what the node process is asked to run (bench.commands.on_node)
 
@@ -102,7 +103,7 @@ def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
         run = _read(work.folder / slot.run_dir) if slot.run_dir else None
         if slot.status == "complete" and run is not None:
             results.append(SweepResult(work.folder / slot.run_dir, run, slot.status))
-            measured.append((work.name, slot.node, run))
+            measured.append((work.name, slot.node, run.info.hardware))
         else:
             resume = f" (go on with --resume {work.folder / slot.run_dir})" if slot.run_dir else ""
             failures.append((work.name, slot.status.removeprefix("failed: ") + resume))
@@ -111,12 +112,12 @@ def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
     return Outcome(tuple(results), tuple(failures))
 
 
-def hardware_note(measured: list[tuple[str, str | None, Run]]) -> str | None:
-    """A warning when the engines were measured on different hardware: their figures then differ by the machine
-    as well as by the engine."""
+def hardware_note(measured: list[tuple[str, str | None, HostRecord | None]]) -> str | None:
+    """A warning when the engines (name, node, the host its run.json describes) were measured on different
+    hardware: their figures then differ by the machine as well as by the engine."""
     by_hardware: dict[str, list[str]] = {}
-    for name, node, run in measured:
-        hardware = hardware_of(run.info.hardware)
+    for name, node, host in measured:
+        hardware = hardware_of(host)
         if hardware is not None:
             by_hardware.setdefault(hardware, []).append(f"{name} ({node})" if node else name)
     if len(by_hardware) < 2:

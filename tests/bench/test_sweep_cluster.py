@@ -6,6 +6,7 @@ directory shipped back into the runs folder. Ray's own placer is checked under `
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,17 @@ from typer.testing import CliRunner
 from bench.commands.cli import app
 from bench.flows import measure
 from bench.flows.placed import for_nodes
-from bench.flows.sweep_cluster import resume_works, run_works, sweep_settings, sweep_settings_back, sweep_works
+from bench.flows.sweep_cluster import (
+    hardware_note,
+    resume_works,
+    run_works,
+    sweep_settings,
+    sweep_settings_back,
+    sweep_works,
+)
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.options import LoadOverrides
+from bench.run.runinfo import GpuRecord, HostRecord
 from tests.bench.placer_stand_in import LocalPlacer
 from tests.bench.test_tune_cluster import Watch, _handle, _marked_by
 from tests.servers import is_running
@@ -107,3 +116,13 @@ def test_the_files_flags_name_reach_a_node_as_absolute_paths_of_the_right_type(
     assert back.adapters_dir == tmp_path / "adapters" and isinstance(back.adapters_dir, Path)
     assert back.lora == [f"a={tmp_path / 'peft-a'}"] and back.engine_file == [tmp_path / "one.yaml"]
     assert back.out == Path("/staging") and levels.concurrency == "1,8"
+
+
+def test_engines_measured_on_different_hardware_are_compared_with_a_warning_naming_each_node() -> None:
+    xeon = HostRecord(hostname="a", cpu_model="Xeon", cpus_usable=16, gpus=[GpuRecord(name="H100", driver="570")])
+    epyc = HostRecord(hostname="b", cpu_model="EPYC", cpus_usable=32, gpus=[GpuRecord(name="H100", driver="570")])
+    alike = [("vllm", "node-a", xeon), ("sglang", "node-b", replace(xeon, hostname="c"))]
+    assert hardware_note([*alike, ("endpoint", None, None)]) is None  # the host's name is not its hardware
+    assert hardware_note([*alike, ("trt", "node-d", epyc)]) == (
+        "the engines were measured on different hardware, so compare them with care: vllm (node-a), sglang (node-b) "
+        "on Xeon x16, 1x H100 (driver 570); trt (node-d) on EPYC x32, 1x H100 (driver 570)")
