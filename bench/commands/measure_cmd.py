@@ -79,8 +79,8 @@ def _sweep_on_cluster(flags: MeasureFlags, levels: LoadOverrides, cluster: str |
     watch = RichJobWatcher()
     try:
         if flags.resume:
-            checked, complete = sweep_cluster.resume_works(flags, levels.given(), watch.say)
-            works, title = checked, ""
+            works, complete = sweep_cluster.resume_works(flags, levels.given(), watch.say)
+            title = ""
         else:
             jobs = _jobs(lambda say: measure.fresh_jobs(flags, levels, say=say), flags, "sweep", levels.given())[0]
             works, complete, title = sweep_cluster.sweep_works(jobs, flags, levels), [], jobs[0].plan.scenario.name

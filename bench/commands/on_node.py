@@ -59,7 +59,7 @@ class _LevelLines:
 
 
 class _Lines:
-    """A tune watcher that says everything as plain lines on stdout, for the driver to relay."""
+    """A tune's and a sweep's watcher: everything said as plain lines on stdout, for the driver to relay."""
 
     def progress(self, job: Job) -> AbstractContextManager[SweepProgress | None]:
         return nullcontext(_LevelLines())

@@ -6,9 +6,9 @@ process, `python -m bench.commands.on_node STAGING PARENT_PID`, tied to this pro
 engine it launches with its lifeline, never outlives it). `poll(applied)` returns a `Shipment`: the lines the
 sweep said since the last poll and, each time a level has ended (and once more when the sweep ends), the
 pieces of its run directory that changed (`bench.flows.run_pieces`); `applied` says which shipment the driver
-last wrote, and pieces it did not get go again. The driver writes the pieces into its tune folder, so a lost
-node loses at most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would (its run saved as interrupted);
-`close()` ends it for sure and removes the staging folder.
+last wrote, and pieces it did not get go again. The driver writes the pieces into its own copy (in the tune or
+runs folder), so a lost node loses at most the level in flight. `stop()` asks the sweep to stop as Ctrl-C would
+(its run saved as interrupted); `close()` ends it for sure and removes the staging folder.
 
 `spec` is what the node needs to know, in JSON: which job (`bench.commands.on_node` says what each takes), the
 measuring settings, and (to go on with an interrupted one) its run directory's name and state, whose files come
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.flows.run_pieces import FilePiece, Pieces, safe_path
+from bench.run.rundir import LEVELS_FILE
 from common.names import inside
 from engines.lifeline import is_alive, owner_id
 
@@ -37,7 +38,6 @@ STATUS_FILE = "status.json"  # the job's state once it has ended: {"status": com
 OWNER_FILE = "owner"  # the process that runs the job here (engines.lifeline.owner_id)
 STAGING_PREFIX = "bench-node-"
 LOG_FILE = "node.log"
-LEVELS_FILE = "levels.jsonl"
 PACKAGES = ("bench", "common", "costmodel", "engines", "loadgen", "reports", "scenarios", "scripted")
 LINE_LIMIT = 4_000  # characters of one said line kept; a line is the node's, and goes to the driver's screen
 

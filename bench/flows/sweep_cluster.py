@@ -25,7 +25,7 @@ from bench.flows import measure
 from bench.flows.measure import Job, JobWatcher, Outcome
 from bench.flows.placed import Placer, Work, files_of, for_nodes, run_placed
 from bench.flows.sweep import SweepResult
-from bench.flows.tune_ranking import hardware_of
+from bench.flows.tune_ranking import hardware_of, which_ran_on_what
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.measure_settings import settings_back, settings_of
 from bench.inputs.options import LoadOverrides
@@ -88,10 +88,7 @@ def resume_works(flags: MeasureFlags, given: list[str], say: Callable[[str], Non
 def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
     """The works placed and followed to their end; what they measured, as a sweep here would have it."""
     try:
-        if works:
-            run_placed(works, placer, lambda: None, watch.say, watch.failed, "bench sweep --resume")
-        else:
-            placer.close()
+        run_placed(works, placer, lambda: None, watch.say, watch.failed, "bench sweep --resume")
     except KeyboardInterrupt:
         raise SweepInterrupted([work.folder / work.slot.run_dir for work in works
                                 if work.slot.run_dir and work.slot.status != "complete"],
@@ -115,15 +112,11 @@ def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
 def hardware_note(measured: list[tuple[str, str | None, HostRecord | None]]) -> str | None:
     """A warning when the engines (name, node, the host its run.json describes) were measured on different
     hardware: their figures then differ by the machine as well as by the engine."""
-    by_hardware: dict[str, list[str]] = {}
-    for name, node, host in measured:
-        hardware = hardware_of(host)
-        if hardware is not None:
-            by_hardware.setdefault(hardware, []).append(f"{name} ({node})" if node else name)
-    if len(by_hardware) < 2:
+    mixed = which_ran_on_what([(f"{name} ({node})" if node else name, hardware_of(host))
+                               for name, node, host in measured])
+    if mixed is None:
         return None
-    return ("the engines were measured on different hardware, so compare them with care: "
-            + "; ".join(f"{', '.join(names)} on {hardware}" for hardware, names in by_hardware.items()))
+    return f"the engines were measured on different hardware, so compare them with care: {mixed}"
 
 
 def _drop_if_never_started(work: Work) -> None:

@@ -89,14 +89,20 @@ def hardware_of(host: HostRecord | None) -> str | None:
 def hardware_note(results: list[ConfigResult]) -> str | None:
     """A warning when the configurations measured were measured on different hardware: their figures then
     differ by the machine as well as by the configuration."""
+    mixed = which_ran_on_what([(result.name, result.hardware) for result in results])
+    return None if mixed is None else f"measured on different hardware, so ranked with care: {mixed}"
+
+
+def which_ran_on_what(named: list[tuple[str, str | None]]) -> str | None:
+    """`a, b on X; c on Y` for (name, hardware as `hardware_of` gives it) pairs, where they ran on more than one
+    kind of hardware (an unknown one left out); None where they all ran on the same."""
     by_hardware: dict[str, list[str]] = {}
-    for result in results:
-        if result.hardware is not None:
-            by_hardware.setdefault(result.hardware, []).append(result.name)
+    for name, hardware in named:
+        if hardware is not None:
+            by_hardware.setdefault(hardware, []).append(name)
     if len(by_hardware) < 2:
         return None
-    return ("measured on different hardware, so ranked with care: "
-            + "; ".join(f"{', '.join(names)} on {hardware}" for hardware, names in by_hardware.items()))
+    return "; ".join(f"{', '.join(names)} on {hardware}" for hardware, names in by_hardware.items())
 
 
 def busy_note(run: Run) -> str | None:
