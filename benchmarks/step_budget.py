@@ -1,11 +1,15 @@
 """Steps sized by time against steps sized by tokens alone: the README's main command on the reference engine,
-each configuration in turn within every round, so that they are measured side by side on the same machine.
+each configuration in turn within every round, so that they are measured side by side on the same machine; the
+order turns round every other round (A B, B A, ...), since this machine's speed drifts within minutes and whatever
+runs first would otherwise carry the drift alone.
 
 Each configuration is a set of the reference engine's flags (`--engine-arg KEY=VALUE`); the default compares
 `--max-step-ms 0` (the token budget alone, as before) with the engine's defaults (a 100 ms step target). Every
 run is `bench sweep --concurrency 1,8,32` as a user types it; the figures are medians over the rounds. Beside the
 client's output tokens/s it prints the server's own (tokens generated within the level, from its /metrics), which
-a level's end does not cut in the middle of a wave of answers. Usage:
+a level's end does not cut in the middle of a wave of answers, the server's mean running requests (how full its
+decode batch was), and each configuration's output tokens/s as a ratio to the first's, the median of the rounds'
+ratios. Usage:
 
     python benchmarks/step_budget.py [--rounds 3] [--concurrency 1,8,32] [--duration 30]
         [--config tokens=max-step-ms=0 --config time=]
@@ -29,7 +33,7 @@ from loadgen.telemetry import server_view
 BENCH = [sys.executable, "-m", "bench"]
 FIGURES = (("out tok/s", "output_tokens_per_s", None), ("srv tok/s", "server_tokens_per_s", None),
            ("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"),
-           ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"))
+           ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"), ("running", "server_running", None))
 
 
 def main() -> None:
@@ -44,8 +48,10 @@ def main() -> None:
     rows: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
-            for name, engine_args in configs.items():
+            order = list(configs.items())
+            for name, engine_args in order[::-1] if round_index % 2 else order:
                 for row in _sweep(Path(tmp) / f"{name}-{round_index}", engine_args, args):
+                    row["round"] = round_index
                     rows.setdefault((name, row["level"]), []).append(row)
     _print(rows, configs, args)
 
@@ -66,8 +72,10 @@ def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[
     samples = telemetry_samples(run_dir)
     for row in rows:
         start, end = level_spans(run_dir)[row["level"]]
-        generated = server_view(row["level"], samples, start, end).generated_tokens
+        view = server_view(row["level"], samples, start, end)
+        generated = view.generated_tokens
         row["server_tokens_per_s"] = generated / (end - start) if generated is not None else float("nan")
+        row["server_running"] = view.mean_running if view.mean_running is not None else float("nan")
     return rows
 
 
@@ -78,7 +86,9 @@ def _figure(row: dict, key: str, stat: str | None) -> float:
 def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]], args: argparse.Namespace) -> None:
     print(f"\nreference engine, default model, chat scenario, {platform.processor() or platform.machine()} "
           f"({cpu_model()}); medians of {args.rounds} rounds")
-    print(f"{'config':>8} {'level':>6} " + " ".join(f"{label:>10}" for label, _, _ in FIGURES) + f" {'p99/p50':>8}")
+    print(f"{'config':>8} {'level':>6} " + " ".join(f"{label:>10}" for label, _, _ in FIGURES)
+          + f" {'p99/p50':>8} {'x out':>6} {'x srv':>6}")
+    first = next(iter(configs))
     levels = sorted({level for _, level in rows}, key=lambda level: int(level.lstrip("c")))
     for level in levels:
         for name in configs:
@@ -87,7 +97,17 @@ def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]
                 continue
             medians = [statistics.median(_figure(r, key, stat) for r in found) for _, key, stat in FIGURES]
             ratio = statistics.median(_figure(r, "itl_ms", "p99") / _figure(r, "itl_ms", "p50") for r in found)
-            print(f"{name:>8} {level:>6} " + " ".join(f"{m:>10,.1f}" for m in medians) + f" {ratio:>8.2f}")
+            versus = [_versus(found, rows.get((first, level), []), key)
+                      for key in ("output_tokens_per_s", "server_tokens_per_s")]
+            print(f"{name:>8} {level:>6} " + " ".join(f"{m:>10,.1f}" for m in medians) + f" {ratio:>8.2f} "
+                  + " ".join(f"{v:>6.2f}" for v in versus))
+
+
+def _versus(rows: list[dict], baseline: list[dict], key: str) -> float:
+    """The median over rounds of this configuration's figure over the first's in the same round."""
+    by_round = {r["round"]: _figure(r, key, None) for r in baseline}
+    ratios = [_figure(r, key, None) / by_round[r["round"]] for r in rows if by_round.get(r["round"])]
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 if __name__ == "__main__":
