@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=None, metavar="NAME=KEY=VALUE,KEY=VALUE",
                         help="a configuration: its name, then engine arguments (none: the engine's defaults)")
     args = parser.parse_args()
-    configs = dict(_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
+    configs = dict(parse_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
     rows: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
@@ -56,7 +56,7 @@ def main() -> None:
     _print(rows, configs, args)
 
 
-def _config(text: str) -> tuple[str, list[str]]:
+def parse_config(text: str) -> tuple[str, list[str]]:
     name, _, engine_args = text.partition("=")
     return name, [a for a in engine_args.split(",") if a]
 

@@ -4,8 +4,8 @@ A closed-loop level of 30 s at 32 users holds about one and a half request cycle
 request decodes 128 tokens at some 120 ms a step), and all 32 users start together: the level's output tokens/s
 then depends on where each policy puts the first wave's prompts within it. A fixed amount of work has the
 opposite fault: users that drift apart finish apart, and its drain runs with few. So here --users users each
-send chat-like requests (prompts of about 256 tokens, lognormal as the chat scenario draws them, 128 output
-tokens, ignore_eos) one after the other to the `LLMEngine` itself, built as the server builds it, and the
+send requests of the chat scenario's lengths (drawn by its own length distributions; random token ids,
+ignore_eos) one after the other to the `LLMEngine` itself, built as the server builds it, and the
 figures are taken over --window seconds from the moment every user's first request was answered. Beside the
 output tokens/s: the inter-token gap as every decode row of a step waits for that step (p50, p99), the mean
 decode rows and prompt tokens a step held, and the number of steps.
@@ -28,13 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.inputs.hardware import cpu_model
+from bench.inputs.scenario import load_scenario
+from benchmarks.step_budget import parse_config
 from engines.reference.core.engine import LLMEngine
 from engines.reference.core.sampling import SamplingParams
 from engines.reference.serving.options import parse_args
 from engines.reference.serving.server import build_engine
-
-PROMPT_MEAN, PROMPT_STD, PROMPT_MIN, PROMPT_MAX = 256, 128, 16, 1024  # scenarios/chat.yaml's input_tokens
-OUTPUT_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -47,27 +46,20 @@ class WorkResult:
     num_steps: int
 
 
-def prompts(seed: int, count: int) -> list[list[int]]:
-    """`count` prompts of random token ids, lengths drawn lognormal with the chat scenario's mean and spread."""
-    rng = np.random.default_rng(seed)
-    sigma = np.sqrt(np.log(1 + (PROMPT_STD / PROMPT_MEAN) ** 2))
-    mu = np.log(PROMPT_MEAN) - sigma**2 / 2
-    lengths = np.clip(rng.lognormal(mu, sigma, count), PROMPT_MIN, PROMPT_MAX).astype(int)
-    return [[int(t) for t in rng.integers(100, 40_000, n)] for n in lengths]
-
-
 def run_work(engine: LLMEngine, users: int, window_s: float, seed: int) -> WorkResult:
     """Every user sends its next request as soon as its last one is answered; measured over `window_s` from the
     moment every user's first request was answered (so the window holds neither the first wave nor a drain)."""
-    rng_prompts = prompts(seed, 10_000)
-    params = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=0.0)
+    workload = load_scenario("chat").workload
+    rng = np.random.default_rng(seed)
     owner: dict[str, int] = {}
     answered: set[int] = set()
 
     def send(user: int) -> None:
         request_id = f"{seed}-{len(owner)}"
         owner[request_id] = user
-        engine.add_request(request_id, rng_prompts[len(owner) % len(rng_prompts)], params)
+        (prompt_tokens,), (output_tokens,) = workload.input_tokens.sample(rng, 1), workload.output_tokens.sample(rng, 1)
+        params = SamplingParams(max_tokens=int(output_tokens), ignore_eos=True, temperature=0.0)
+        engine.add_request(request_id, rng.integers(100, engine.vocab_size, int(prompt_tokens)).tolist(), params)
 
     for user in range(users):
         send(user)
@@ -77,9 +69,9 @@ def run_work(engine: LLMEngine, users: int, window_s: float, seed: int) -> WorkR
     while window_start is None or time.perf_counter() < window_start + window_s:
         step_started = time.perf_counter()
         outputs = engine.step()
-        shape = engine.stats().last_step_shape
-        if window_start is not None and shape is not None:
-            steps.append((time.perf_counter() - step_started, shape.num_decode_rows, shape.num_prefill_tokens))
+        step_s = time.perf_counter() - step_started
+        if window_start is not None and (shape := engine.stats().last_step_shape) is not None:
+            steps.append((step_s, shape.num_decode_rows, shape.num_prefill_tokens))
             num_tokens += sum(len(output.new_token_ids) for output in outputs)
         for output in outputs:
             if output.finish_reason is not None:
@@ -104,8 +96,9 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=None, metavar="NAME=KEY=VALUE,KEY=VALUE",
                         help="a configuration: its name, then the engine's flags (none: the engine's defaults)")
     args = parser.parse_args()
-    configs = dict(_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
-    engines = {name: build_engine(parse_args(flags)) for name, flags in configs.items()}
+    configs = dict(parse_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
+    engines = {name: build_engine(parse_args([part for arg in engine_args for part in f"--{arg}".split("=", 1)]))
+               for name, engine_args in configs.items()}
     for engine in engines.values():
         engine.warm_up()
     results: dict[str, list[WorkResult]] = {name: [] for name in configs}
@@ -118,13 +111,8 @@ def main() -> None:
     _print(results, args)
 
 
-def _config(text: str) -> tuple[str, list[str]]:
-    name, _, flags = text.partition("=")
-    return name, [part for flag in flags.split(",") if flag for part in f"--{flag}".split("=", 1)]
-
-
 def _print(results: dict[str, list[WorkResult]], args: argparse.Namespace) -> None:
-    print(f"\nreference engine, default model, {args.users} users of chat-like requests, {args.window:g} s windows, "
+    print(f"\nreference engine, default model, {args.users} users of the chat scenario, {args.window:g} s windows, "
           f"{cpu_model()}; medians of {args.rounds} rounds")
     print(f"{'config':>8} {'tok/s':>8} {'x first':>8} {'gap p50':>8} {'gap p99':>8} {'p99/p50':>8} "
           f"{'decodes':>8} {'prompt':>8} {'steps':>6}")
