@@ -60,6 +60,9 @@ class EngineConfig:
         decodes); 0: none beyond min_prefill_chunk_tokens.
     min_prefill_chunk_tokens: the least prompt tokens such a step computes whatever the time, so that a prompt
         always moves.
+    wave_share: where more than this share of the users (running or waiting) wait for their prompt to be computed
+        (a wave came in at once), a step takes prompts up to the token budget whatever the time: the few decoding
+        users wait for one long step rather than the many for tens of short ones; None: never.
     speculative: prompt-lookup speculative decoding (`core/speculative.py`) for greedy requests; None: off.
     """
 
@@ -76,6 +79,7 @@ class EngineConfig:
     max_step_ratio: float | None = 2.5
     min_prefill_share: float = 0.5
     min_prefill_chunk_tokens: int = 32
+    wave_share: float | None = 0.5
     speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
@@ -90,6 +94,9 @@ class EngineConfig:
         share = self.min_prefill_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
             raise ConfigError(f"min_prefill_share must be a share of a step's time, 0 <= share < 1, got {share!r}")
+        wave = self.wave_share
+        if wave is not None and (isinstance(wave, bool) or not isinstance(wave, int | float) or not 0 <= wave < 1):
+            raise ConfigError(f"wave_share must be a share of the users, 0 <= share < 1 (or None: never), got {wave!r}")
         is_number = isinstance(self.max_step_ms, int | float) and not isinstance(self.max_step_ms, bool)
         if self.max_step_ms is not None and not (is_number and self.max_step_ms > 0):
             raise ConfigError(f"max_step_ms must be a number of milliseconds > 0 (or None: no time target), "

@@ -18,7 +18,9 @@ target, and within config.max_step_ratio times what its decodes alone take (a sm
 faster than the target would otherwise see one gap many times the others). Where the decodes alone take
 longer, prompts may still take config.min_prefill_share of the step's time, and the step's first chunk
 never less than config.min_prefill_chunk_tokens, so new users are not starved by running ones. A step
-without decodes stalls no one and takes the token budget whole.
+without decodes stalls no one and takes the token budget whole, and so does a step while more than
+config.wave_share of the users wait for their prompt (a wave came in at once: letting it in over tens of short
+steps holds the many back for the few decoding, and the batch stays small for longer).
 
 When a running sequence needs a block and none is free, the newest running sequence (the last
 one `add`ed: each scheduler stamps arrival_index from a counter of its own) is preempted by recompute:
@@ -233,6 +235,8 @@ class Scheduler:
         cost = self.step_cost.cost if self.step_cost is not None else None
         if num_tokens <= 1 or not decodes or cost is None or self.config.max_step_ms is None:
             return num_tokens  # no decode to stall, or nothing learned yet: the token budget alone
+        if self._is_wave(len(decodes)):
+            return num_tokens  # most users wait for their prompt: they go before the few decoding ones
         decodes_ms = cost.of(_shape_of(decodes))
         budget_ms = self.config.max_step_ms
         if self.config.max_step_ratio is not None:  # a fast small batch: no gap many times its median
@@ -242,6 +246,14 @@ class Scheduler:
         within = self.step_cost.prefill_tokens_within(budget_ms, _shape_of(step.scheduled), seq.num_computed_tokens)
         floor = self.config.min_prefill_chunk_tokens if step.num_prefill_chunks == 0 else 0
         return min(num_tokens, max(within or 0, floor))
+
+    def _is_wave(self, num_decodes: int) -> bool:
+        """Whether more than config.wave_share of the users wait for their prompt to be computed (queued, or part
+        computed) beside `num_decodes` decoding ones."""
+        if self.config.wave_share is None:
+            return False
+        num_prompts = len(self.waiting) + sum(1 for seq in self.running if seq.num_uncomputed_tokens > 1)
+        return num_prompts > self.config.wave_share * (num_prompts + num_decodes)
 
     def _reserve_blocks(self, seq: Sequence, pending: list[Sequence], step: _Step) -> bool:
         """Make `seq`'s block_table cover its tokens, preempting the newest unscheduled sequences.

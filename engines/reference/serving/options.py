@@ -34,6 +34,7 @@ class ServerOptions:
     max_step_ratio: float = EngineConfig.max_step_ratio or 0.0  # 0: the target alone
     min_prefill_share: float = EngineConfig.min_prefill_share
     min_prefill_chunk_tokens: int = EngineConfig.min_prefill_chunk_tokens
+    wave_share: float | None = EngineConfig.wave_share  # None: never
     max_model_len: int | None = None
     kv_cache_tokens: int | None = None
     prefix_cache: bool = True
@@ -135,6 +136,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--min-prefill-chunk-tokens", type=int, default=defaults.min_prefill_chunk_tokens,
                         metavar="N", help="prompt tokens such a step computes whatever the time, so that a prompt "
                         f"always moves (default {defaults.min_prefill_chunk_tokens})")
+    parser.add_argument("--wave-share", type=float, default=defaults.wave_share, metavar="SHARE",
+                        help="where more than this share of the users wait for their prompt to be computed (a wave "
+                        "came in at once), a step takes prompts up to the token budget whatever the time, so the "
+                        "many waiting are not held back for the few decoding; 1 = never (default "
+                        f"{defaults.wave_share:g}: most of them)")
     parser.add_argument("--max-model-len", type=int, default=None, help="default: the model's, capped by the cache")
     parser.add_argument("--kv-cache-tokens", type=int, default=None, help="default: a fraction of free memory")
     parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=defaults.prefix_cache,

@@ -76,6 +76,7 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_step_ms=options.max_step_ms or None,
         max_step_ratio=options.max_step_ratio or None,
         min_prefill_share=options.min_prefill_share,
+        wave_share=None if options.wave_share is None or options.wave_share >= 1 else options.wave_share,
         min_prefill_chunk_tokens=options.min_prefill_chunk_tokens,
         enable_prefix_caching=options.prefix_cache,
         weights=options.weights_dtype,
@@ -415,7 +416,14 @@ def step_cost_line(cost: StepCost | None, config: EngineConfig) -> str:
         f" and {config.max_step_ratio:g}x what their decodes alone take (--max-step-ratio)")
     return (f"{measured}; steps with decodes kept within {config.max_step_ms:g} ms (--max-step-ms){ratio}, or "
             f"where decodes alone take longer, {config.min_prefill_share:.0%} of a step left to prompts "
-            f"(--min-prefill-share); learned as it runs")
+            f"(--min-prefill-share){_wave(config)}; learned as it runs")
+
+
+def _wave(config: EngineConfig) -> str:
+    if config.wave_share is None:
+        return ""
+    return (f"; while more than {config.wave_share:.0%} of the users wait for their prompt, steps sized by tokens "
+            f"(--wave-share)")
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ from engines.reference.core.scheduler import Scheduler
 from engines.reference.core.sequence import Sequence
 from engines.reference.core.step_cost import StepCost, StepCostModel, StepShape
 from engines.reference.loading.weights import resolve_model
+from engines.reference.serving.options import parse_args
+from engines.reference.serving.server import build_engine, step_cost_line
 
 TRUE = StepCost(fixed_ms=5.0, decode_row_ms=2.0, prefill_token_ms=0.5, attention_ms_per_kilopair=0.01)
 
@@ -144,6 +146,34 @@ def test_without_a_fit_or_a_target_the_token_budget_decides() -> None:
         assert chunks["long"] == 2048 - 4
 
 
+def test_in_a_wave_a_step_takes_the_token_budget_whatever_the_time() -> None:
+    """Two users decode and six wait for their prompt (a wave came in at once): with wave_share 0.5 (the
+    default) the step takes prompts up to the token budget; once most users decode, time decides again."""
+    model = _learned()
+    scheduler = _scheduler(model, max_step_ms=10.0, min_prefill_share=0.0, max_num_batched_tokens=1024,
+                           wave_share=0.5)
+    _decoding(scheduler, 2)
+    for i in range(6):
+        scheduler.add(Sequence(f"p{i}", list(range(i * 1000, i * 1000 + 300))))
+    out = scheduler.schedule()
+    assert out.num_batched_tokens == 1024 and TRUE.of(out.shape) > 10 * 10.0  # far past the target
+    chunks = {entry.seq.request_id: entry.num_new_tokens for entry in out.scheduled}
+    assert chunks == {"d0": 1, "d1": 1, "p0": 300, "p1": 300, "p2": 300, "p3": 1024 - 2 - 900}
+    scheduler.postprocess(out, [7] * len(out.scheduled))
+    # 5 decoding against p3 (part computed), p4 and p5: no longer a wave, so the time target decides again
+    chunk = next(e.num_new_tokens for e in scheduler.schedule().scheduled if e.seq.request_id == "p3")
+    assert chunk == 16  # the floor (min_prefill_chunk_tokens): the 5 decodes alone take the 10 ms
+
+
+def test_without_a_wave_share_the_time_target_holds_in_a_wave() -> None:
+    scheduler = _scheduler(_learned(), max_step_ms=10.0, min_prefill_share=0.0, wave_share=None)
+    _decoding(scheduler, 2)
+    for i in range(6):
+        scheduler.add(Sequence(f"p{i}", list(range(i * 1000, i * 1000 + 300))))
+    chunks = {entry.seq.request_id: entry.num_new_tokens for entry in scheduler.schedule().scheduled}
+    assert chunks == {"d0": 1, "d1": 1, "p0": 16}
+
+
 def test_bad_targets_are_named() -> None:
     for value in (0, -5.0, "fast", True):
         with pytest.raises(ConfigError, match="max_step_ms must be a number of milliseconds > 0"):
@@ -156,6 +186,9 @@ def test_bad_targets_are_named() -> None:
     for share in (1.0, -0.1, "half"):
         with pytest.raises(ConfigError, match="min_prefill_share must be a share of a step's time"):
             EngineConfig(min_prefill_share=share)  # type: ignore[arg-type]
+    for wave in (1, 1.5, -0.1, "most", True):
+        with pytest.raises(ConfigError, match="wave_share must be a share of the users"):
+            EngineConfig(wave_share=wave)  # type: ignore[arg-type]
 
 
 @pytest.mark.serial  # the fit is of real step times: beside another test worker it once found prompt tokens free
@@ -188,3 +221,11 @@ def test_the_engine_cuts_a_prompt_beside_decodes_by_the_cost_it_measured() -> No
     stats = engine.stats()
     assert stats.last_step_shape is not None and stats.last_step_shape.num_decode_rows == 6
     assert stats.last_step_shape.num_prefill_tokens == expected and 30 <= expected <= 41
+
+
+def test_the_wave_share_flag_reaches_the_scheduler_and_one_turns_it_off() -> None:
+    loaded = resolve_model("dummy:tiny")
+    for args, expected in (([], 0.5), (["--wave-share", "0.75"], 0.75), (["--wave-share", "1"], None)):
+        engine = build_engine(parse_args(["--kv-cache-tokens", "4096", *args]), loaded)
+        assert engine.scheduler.config.wave_share == expected, args
+        assert ("--wave-share" in step_cost_line(None, engine.config)) == (expected is not None)
