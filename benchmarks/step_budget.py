@@ -8,8 +8,13 @@ Each configuration is a set of the reference engine's flags (`--engine-arg KEY=V
 run is `bench sweep --concurrency 1,8,32` as a user types it; the figures are medians over the rounds. Beside the
 client's output tokens/s it prints the server's own (tokens generated within the level, from its /metrics), which
 a level's end does not cut in the middle of a wave of answers, the server's mean running requests (how full its
-decode batch was), and each configuration's output tokens/s as a ratio to the first's, the median of the rounds'
-ratios. Usage:
+decode batch was), the level's steady window, and the output tokens/s that reached the client within the level's
+duration from its first request ("tok/s dur"). The level's own rate counts its steady window, from the moment every
+user was active to the first user's last answer; with answers of one length the users' waves decide where that
+ends (a policy that lets every user in at once keeps them in step, and its window takes in a second wave), so the
+two configurations' rates may cover different spans. Over the level's duration the span is the same for both, all
+of it under the level's full load. Each figure is then a ratio to the first configuration's, the median of the
+rounds' ratios. Usage:
 
     python benchmarks/step_budget.py [--rounds 3] [--concurrency 1,8,32] [--duration 30]
         [--config tokens=max-step-ms=0 --config time=]
@@ -27,13 +32,14 @@ import tempfile
 from pathlib import Path
 
 from bench.inputs.hardware import cpu_model
-from bench.run.rundir import level_spans, telemetry_samples
+from bench.run.rundir import REQUESTS_FILE, level_spans, telemetry_samples
 from loadgen.telemetry import server_view
 
 BENCH = [sys.executable, "-m", "bench"]
 FIGURES = (("out tok/s", "output_tokens_per_s", None), ("srv tok/s", "server_tokens_per_s", None),
            ("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"),
-           ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"), ("running", "server_running", None))
+           ("ITL p50", "itl_ms", "p50"), ("ITL p99", "itl_ms", "p99"), ("running", "server_running", None),
+           ("window s", "window_s", None), ("tok/s dur", "duration_tokens_per_s", None))
 
 
 def main() -> None:
@@ -70,13 +76,27 @@ def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[
     (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     rows = json.loads((run_dir / "summary.json").read_text())
     samples = telemetry_samples(run_dir)
+    records = [json.loads(line) for line in (run_dir / REQUESTS_FILE).read_text().splitlines() if line.strip()]
+    durations = {level["level"]: level["duration_s"] for level in map(json.loads, (run_dir / "levels.jsonl")
+                                                                         .read_text().splitlines())}
     for row in rows:
+        row["duration_tokens_per_s"] = duration_tokens_per_s(records, row["level"], durations[row["level"]])
         start, end = level_spans(run_dir)[row["level"]]
         view = server_view(row["level"], samples, start, end)
         generated = view.generated_tokens
         row["server_tokens_per_s"] = generated / (end - start) if generated is not None else float("nan")
         row["server_running"] = view.mean_running if view.mean_running is not None else float("nan")
     return rows
+
+
+def duration_tokens_per_s(records: list[dict], level: str, duration_s: float) -> float:
+    """Output tokens that reached the client within the level's first `duration_s` seconds (from its first measured
+    request), a second: the same span for every configuration, all of it under the level's full load."""
+    measured = [r for r in records if r["level"] == level and not r["is_warmup"]]
+    start = min(r["send_s"] for r in measured)
+    tokens = sum(count for r in measured for t, count in zip(r["chunk_times_s"], r["chunk_tokens"], strict=True)
+                 if r["send_s"] + t <= start + duration_s)
+    return tokens / duration_s
 
 
 def _figure(row: dict, key: str, stat: str | None) -> float:
@@ -87,7 +107,7 @@ def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]
     print(f"\nreference engine, default model, chat scenario, {platform.processor() or platform.machine()} "
           f"({cpu_model()}); medians of {args.rounds} rounds")
     print(f"{'config':>8} {'level':>6} " + " ".join(f"{label:>10}" for label, _, _ in FIGURES)
-          + f" {'p99/p50':>8} {'x out':>6} {'x srv':>6}")
+          + f" {'p99/p50':>8} {'x out':>6} {'x srv':>6} {'x dur':>6}")
     first = next(iter(configs))
     levels = sorted({level for _, level in rows}, key=lambda level: int(level.lstrip("c")))
     for level in levels:
@@ -98,7 +118,7 @@ def _print(rows: dict[tuple[str, str], list[dict]], configs: dict[str, list[str]
             medians = [statistics.median(_figure(r, key, stat) for r in found) for _, key, stat in FIGURES]
             ratio = statistics.median(_figure(r, "itl_ms", "p99") / _figure(r, "itl_ms", "p50") for r in found)
             versus = [_versus(found, rows.get((first, level), []), key)
-                      for key in ("output_tokens_per_s", "server_tokens_per_s")]
+                      for key in ("output_tokens_per_s", "server_tokens_per_s", "duration_tokens_per_s")]
             print(f"{name:>8} {level:>6} " + " ".join(f"{m:>10,.1f}" for m in medians) + f" {ratio:>8.2f} "
                   + " ".join(f"{v:>6.2f}" for v in versus))
 
