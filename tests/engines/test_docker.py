@@ -30,6 +30,11 @@ from engines.docker import (
 from engines.launch import EngineStartError
 from tests.engines.conftest import IMAGE, ROOT, host_mounts, scripted_server_command
 
+# A podman call that never returns (seen once: a container's wait that did not end) fails its test here, with the
+# stack of the call that hung, rather than holding the whole run until CI's limit. The slowest test takes under
+# 5 s on an idle machine; 120 s leaves room for a loaded one.
+pytestmark = pytest.mark.timeout(120)
+
 
 def scripted_spec(**changes) -> ContainerSpec:
     fields = {"engine": "scripted-container", "image": IMAGE, "command": scripted_server_command(),
