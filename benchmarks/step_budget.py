@@ -32,8 +32,10 @@ import tempfile
 from pathlib import Path
 
 from bench.inputs.hardware import cpu_model
-from bench.run.rundir import REQUESTS_FILE, level_spans, telemetry_samples
+from bench.run.rundir import REQUESTS_FILE, level_spans, read_level_runs, telemetry_samples
+from loadgen.recorder import read_records
 from loadgen.telemetry import server_view
+from loadgen.types import RequestRecord
 
 BENCH = [sys.executable, "-m", "bench"]
 FIGURES = (("out tok/s", "output_tokens_per_s", None), ("srv tok/s", "server_tokens_per_s", None),
@@ -76,12 +78,12 @@ def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[
     (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     rows = json.loads((run_dir / "summary.json").read_text())
     samples = telemetry_samples(run_dir)
-    records = [json.loads(line) for line in (run_dir / REQUESTS_FILE).read_text().splitlines() if line.strip()]
-    durations = {level["level"]: level["duration_s"] for level in map(json.loads, (run_dir / "levels.jsonl")
-                                                                         .read_text().splitlines())}
+    records = read_records(run_dir / REQUESTS_FILE)
+    level_runs, spans = read_level_runs(run_dir), level_spans(run_dir)
     for row in rows:
-        row["duration_tokens_per_s"] = duration_tokens_per_s(records, row["level"], durations[row["level"]])
-        start, end = level_spans(run_dir)[row["level"]]
+        duration_s = level_runs[row["level"]]["duration_s"]
+        row["duration_tokens_per_s"] = duration_tokens_per_s(records, row["level"], duration_s)
+        start, end = spans[row["level"]]
         view = server_view(row["level"], samples, start, end)
         generated = view.generated_tokens
         row["server_tokens_per_s"] = generated / (end - start) if generated is not None else float("nan")
@@ -89,13 +91,13 @@ def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[
     return rows
 
 
-def duration_tokens_per_s(records: list[dict], level: str, duration_s: float) -> float:
+def duration_tokens_per_s(records: list[RequestRecord], level: str, duration_s: float) -> float:
     """Output tokens that reached the client within the level's first `duration_s` seconds (from its first measured
     request), a second: the same span for every configuration, all of it under the level's full load."""
-    measured = [r for r in records if r["level"] == level and not r["is_warmup"]]
-    start = min(r["send_s"] for r in measured)
-    tokens = sum(count for r in measured for t, count in zip(r["chunk_times_s"], r["chunk_tokens"], strict=True)
-                 if r["send_s"] + t <= start + duration_s)
+    measured = [r for r in records if r.level == level and not r.is_warmup]
+    start = min(r.send_s for r in measured)
+    tokens = sum(count for r in measured for t, count in zip(r.chunk_times_s, r.chunk_tokens, strict=True)
+                 if r.send_s + t <= start + duration_s)
     return tokens / duration_s
 
 
