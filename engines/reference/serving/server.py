@@ -76,7 +76,7 @@ def build_engine(options: ServerOptions, loaded: LoadedModel | None = None) -> L
         max_step_ms=options.max_step_ms or None,
         max_step_ratio=options.max_step_ratio or None,
         min_prefill_share=options.min_prefill_share,
-        wave_share=None if options.wave_share is None or options.wave_share >= 1 else options.wave_share,
+        wave_share=None if options.wave_share == 1 else options.wave_share,  # 1: never (others the config checks)
         min_prefill_chunk_tokens=options.min_prefill_chunk_tokens,
         enable_prefix_caching=options.prefix_cache,
         weights=options.weights_dtype,
