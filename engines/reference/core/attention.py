@@ -10,11 +10,12 @@ at position p of a sequence lives in slot `block_table[p // block_size] * block_
 
 Speed: sequences with one new token (decodes) share one attention call per layer, their K/V gathered
 block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV group folded
-into the query dimension (GQA without copying K/V). Gathering and attending cost what the padded batch
-holds, so decodes of very different lengths are split into a few groups of similar length (one long
-conversation would otherwise make every short one pay for its length). Longer chunks (prefills) run one call
-per sequence with a lower-right causal mask. The index tensors are built once per forward
-(`AttentionPlan.build`) and shared by every layer.
+into the query dimension (GQA without copying K/V); on CPU, a group of many keys attends by plain batched
+matmuls, faster there than the fused kernel for one-token queries (`MATMUL_DECODE_MIN_KEYS`).
+Gathering and attending cost what the padded batch holds, so decodes of very different lengths are split
+into a few groups of similar length (one long conversation would otherwise make every short one pay for its
+length). Longer chunks (prefills) run one call per sequence with a lower-right causal mask. The index
+tensors are built once per forward (`AttentionPlan.build`) and shared by every layer.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class DecodeGroup:
 
     token_idx: torch.Tensor | None  # (B,) flat index of each decode token; None: the whole batch, in order
     block_idx: torch.Tensor  # (B * max_blocks,) block ids, padded with each row's first block
+    # the matmul path's (`MATMUL_DECODE_MIN_KEYS`): (B * n_kv * L,) rows of a cache viewed (slots * n_kv, hd), so
+    # one gather gives K or V as (B, n_kv, L, hd), contiguous; None where SDPA attends
+    head_rows: torch.Tensor | None
     mask: torch.Tensor | None  # (B, 1, 1, L) additive: 0 inside the context, -inf on padding
     num_seqs: int
     num_keys: int  # L = max_blocks * block_size
@@ -126,7 +130,9 @@ class AttentionPlan:
     num_tokens: int
 
     @classmethod
-    def build(cls, meta: AttentionMetadata, block_size: int, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
+    def build(
+        cls, meta: AttentionMetadata, block_size: int, num_kv_heads: int, device: torch.device, dtype: torch.dtype
+    ) -> AttentionPlan:
         """`dtype` is the model's: the decode mask is additive, in the dtype of the scores."""
         starts = _cumulative_starts(meta.query_lens)
         decode_ids = [i for i, q in enumerate(meta.query_lens) if q == 1]
@@ -140,7 +146,7 @@ class AttentionPlan:
                   for i in range(n)]
         return cls(
             slot_mapping=meta.slot_mapping.to(device),
-            decodes=tuple(_decode_group(meta, ids, starts, block_size, device, dtype)
+            decodes=tuple(_decode_group(meta, ids, starts, block_size, num_kv_heads, device, dtype)
                           for ids in _similar_lengths(decode_ids, meta.context_lens, block_size)),
             prefills=prefills,
             logit_token_idx=torch.tensor(wanted, dtype=torch.long, device=device),
@@ -189,6 +195,7 @@ def _decode_group(
     seq_ids: list[int],
     starts: list[int],
     block_size: int,
+    num_kv_heads: int,
     device: torch.device,
     dtype: torch.dtype,
 ) -> DecodeGroup:
@@ -208,7 +215,12 @@ def _decode_group(
     is_whole_batch = len(seq_ids) == len(meta.query_lens)
     token_idx = None if is_whole_batch else torch.tensor([starts[i] for i in seq_ids], device=device)
     block_idx = torch.tensor(rows, dtype=torch.long, device=device)
-    return DecodeGroup(token_idx, block_idx, mask, len(seq_ids), num_keys)
+    head_rows = None
+    if device.type == "cpu" and len(seq_ids) * num_keys >= MATMUL_DECODE_MIN_KEYS:
+        slots = block_idx.view(-1, 1) * block_size + torch.arange(block_size, device=device)  # (B * blocks, bs)
+        heads = torch.arange(num_kv_heads, device=device).view(1, -1, 1)
+        head_rows = (slots.view(len(seq_ids), 1, num_keys) * num_kv_heads + heads).view(-1)
+    return DecodeGroup(token_idx, block_idx, head_rows, mask, len(seq_ids), num_keys)
 
 
 def _prefill_segment(
@@ -245,18 +257,46 @@ def paged_attention(
     return out
 
 
+# From this many keys in a decode group (its sequences times its padded length) on, a CPU group attends by two
+# batched matmuls and a float32 softmax rather than SDPA: PyTorch's fused CPU kernel is made for long queries, and
+# a decode's query is one token (a KV group's few heads). The matmuls want K/V contiguous per head (a strided
+# operand is copied by each), so such a group gathers them by head rows (`DecodeGroup.head_rows`). Measured here
+# in bfloat16 (SmolLM2's 3 KV heads of 3 queries, head_dim 64), gather and attention, SDPA's time over the
+# matmuls': 8 sequences of 128 keys 0.97, 16 of 128 1.29, 8 of 256 1.15, 4 of 512 1.04, 8 of 512 1.34, 2 of 1,024
+# 1.08, 16 of 1,024 1.68, 1 of 2,048 2.66; below 2,048 keys SDPA's one call wins (1 of 128: 0.50).
+MATMUL_DECODE_MIN_KEYS = 2048
+
+
 def _decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
 ) -> torch.Tensor:
     """q (B, n_heads, hd) of single-token sequences -> (B, n_heads, hd)."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
-    shape = (num_seqs, group.num_keys, num_kv_heads, head_dim)
-    keys = k_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
-    values = v_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
     q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # (B, n_kv, group, hd)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask)  # (B, n_kv, group, hd)
+    if group.head_rows is not None:  # contiguous: a strided K/V would be copied by each matmul
+        shape = (num_seqs, num_kv_heads, group.num_keys, head_dim)
+        keys = k_cache.view(-1, head_dim).index_select(0, group.head_rows).view(shape)  # (B, n_kv, L, hd)
+        values = v_cache.view(-1, head_dim).index_select(0, group.head_rows).view(shape)
+        out = _attend_by_matmul(q, keys, values, group.mask)
+    else:
+        shape = (num_seqs, group.num_keys, num_kv_heads, head_dim)
+        keys = k_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
+        values = v_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask)  # (B, n_kv, group, hd)
     return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def _attend_by_matmul(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """softmax(q keys^T / sqrt(hd) + mask) values, the scores and the softmax in float32; the weights are rounded
+    to the values' dtype for the second product (a bfloat16 step's outputs differ from SDPA's by about one
+    bfloat16 rounding)."""
+    scores = torch.matmul(q, keys.transpose(-1, -2)).float().mul_(q.shape[-1] ** -0.5)  # (B, n_kv, group, L)
+    if mask is not None:
+        scores.add_(mask)
+    return torch.matmul(scores.softmax(dim=-1).to(values.dtype), values)
 
 
 def _prefill_attention(

@@ -261,7 +261,7 @@ class LlamaModel(nn.Module):
         """Logits of each sequence's last new token (of its last meta.num_logits ones), in order; `lora` adds
         adapters' deltas to their own rows."""
         device = self.device
-        plan = AttentionPlan.build(meta, kv_cache.block_size, device, self.dtype)
+        plan = AttentionPlan.build(meta, kv_cache.block_size, self.config.num_kv_heads, device, self.dtype)
         rope = self.rope_tables(meta.positions)
         h = F.embedding(input_ids.to(device), self.embed_tokens)  # (T, hidden)
         for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engines.reference.core import attention
 from engines.reference.core.model import LlamaModel, rms_norm
 from engines.reference.core.model_runner import BatchItem, ModelRunner
 from engines.reference.loading.weights import dummy_model
@@ -60,11 +61,20 @@ def test_logits_are_the_same_alone_and_in_a_mixed_batch(model: LlamaModel) -> No
         torch.testing.assert_close(batched[row], _solo(model, item), atol=ATOL, rtol=0)
 
 
-def test_pure_decode_batch_with_unequal_contexts_matches_solo(model: LlamaModel) -> None:
-    """The batched decode path (one attention call, padded and masked) equals each sequence alone."""
-    tables = _tables(3, 8)
-    items = [BatchItem(_tokens(10 + i, n), n - 1, 1, tables[i]) for i, n in enumerate((5, 17, 30))]
+@pytest.mark.parametrize("min_keys", [1 << 30, 40], ids=["sdpa", "matmul"])
+def test_pure_decode_batch_with_unequal_contexts_matches_solo(
+    model: LlamaModel, min_keys: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched decode path (padded and masked, in groups of similar length) equals each sequence alone (at
+    most 32 keys: SDPA), by SDPA and by the batched matmuls (from MATMUL_DECODE_MIN_KEYS keys a group on)."""
+    monkeypatch.setattr(attention, "MATMUL_DECODE_MIN_KEYS", min_keys)
+    lengths = (5, 17, 30, 9, 13, 21, 24, 8)
+    tables = _tables(len(lengths), 8)
+    items = [BatchItem(_tokens(10 + i, n), n - 1, 1, tables[i]) for i, n in enumerate(lengths)]
     runner = _runner(model)
+    plan = attention.AttentionPlan.build(runner.prepare(items)[1], BLOCK_SIZE, model.config.num_kv_heads,
+                                         model.device, model.dtype)
+    assert len(plan.decodes) > 1 and all((group.head_rows is not None) == (min_keys == 40) for group in plan.decodes)
     runner.run([BatchItem(i.token_ids, 0, i.num_computed_tokens, i.block_table) for i in items])
     batched = runner.run(items)
     for row, item in enumerate(items):
@@ -133,6 +143,26 @@ def test_cuda_logits_match_cpu(dtype: torch.dtype) -> None:
         logits[device] = runner.run(items).cpu()
     tolerance = 1e-3 if dtype == torch.float32 else 0.05 * logits["cpu"].abs().max().item()
     torch.testing.assert_close(logits["cuda"], logits["cpu"], atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_decode_attention_by_matmul_equals_sdpa(dtype: torch.dtype) -> None:
+    """The matmul path gives SDPA's outputs on a padded, masked decode group: to float32 rounding, and within
+    one bfloat16 rounding of them in bfloat16 (its softmax weights are rounded before the second product)."""
+    generator = torch.Generator().manual_seed(11)
+    q, keys, values = (torch.randn(shape, generator=generator).to(dtype) for shape in
+                       ((12, 3, 3, 64), (12, 3, 40, 64), (12, 3, 40, 64)))
+    padding = torch.arange(40)[None, :] >= (torch.arange(12) * 2 + 17)[:, None]  # (B, L): 17 to 39 keys
+    mask = torch.zeros(padding.shape, dtype=dtype).masked_fill_(padding, float("-inf")).view(12, 1, 1, 40)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    expected = sdpa(q.float(), keys.float(), values.float(), attn_mask=mask.float())
+    got = attention._attend_by_matmul(q, keys, values, mask)
+    assert got.dtype == dtype and got.shape == expected.shape
+    tolerance = 1e-5 if dtype == torch.float32 else 2**-7 * expected.abs().max().item()
+    torch.testing.assert_close(got.float(), expected, atol=tolerance, rtol=0)
+    unmasked = sdpa(q.float(), keys.float(), values.float())
+    got = attention._attend_by_matmul(q, keys, values, None)
+    torch.testing.assert_close(got.float(), unmasked, atol=tolerance, rtol=0)
 
 
 def test_decodes_of_very_different_lengths_are_attended_in_groups_of_similar_length() -> None:
