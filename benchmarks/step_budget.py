@@ -14,16 +14,18 @@ user was active to the first user's last answer; with answers of one length the 
 ends (a policy that lets every user in at once keeps them in step, and its window takes in a second wave), so the
 two configurations' rates may cover different spans. Over the level's duration the span is the same for both, all
 of it under the level's full load. Each figure is then a ratio to the first configuration's, the median of the
-rounds' ratios. Usage:
+rounds' ratios. A configuration may run another checkout's code (`--tree NAME=PATH`, e.g. a `git worktree` of
+the commit before a change), so that old and new are measured side by side. Usage:
 
     python benchmarks/step_budget.py [--rounds 3] [--concurrency 1,8,32] [--duration 30]
-        [--config tokens=max-step-ms=0 --config time=]
+        [--config tokens=max-step-ms=0 --config time=] [--tree tokens=/tmp/old-checkout]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -51,14 +53,23 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=None, help="seconds per level (default: the scenario's)")
     parser.add_argument("--config", action="append", default=None, metavar="NAME=KEY=VALUE,KEY=VALUE",
                         help="a configuration: its name, then engine arguments (none: the engine's defaults)")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                        help="run configuration NAME with the code of the checkout at PATH (default: this one)")
     args = parser.parse_args()
     configs = dict(parse_config(text) for text in (args.config or ["tokens=max-step-ms=0", "time="]))
+    trees = {}
+    for text in args.tree:
+        name, _, path = text.partition("=")
+        if name not in configs or not (Path(path) / "engines" / "reference").is_dir():
+            parser.error(f"--tree {text!r}: needs NAME=PATH, NAME one of --config's ({', '.join(configs)}) and PATH "
+                         f"a checkout of this project")
+        trees[name] = Path(path).resolve()
     rows: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
             order = list(configs.items())
             for name, engine_args in order[::-1] if round_index % 2 else order:
-                for row in _sweep(Path(tmp) / f"{name}-{round_index}", engine_args, args):
+                for row in _sweep(Path(tmp) / f"{name}-{round_index}", engine_args, args, trees.get(name)):
                     row["round"] = round_index
                     rows.setdefault((name, row["level"]), []).append(row)
     _print(rows, configs, args)
@@ -69,12 +80,14 @@ def parse_config(text: str) -> tuple[str, list[str]]:
     return name, [a for a in engine_args.split(",") if a]
 
 
-def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace) -> list[dict]:
+def _sweep(out: Path, engine_args: list[str], args: argparse.Namespace, tree: Path | None) -> list[dict]:
     command = [*BENCH, "sweep", "--concurrency", args.concurrency, "--no-report", "--out", str(out)]
     command += [f"--engine-arg={a}" for a in engine_args]
     command += ["--duration", str(args.duration)] if args.duration else []
-    print("$", " ".join(command[2:]), flush=True)
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    print("$", " ".join(command[2:]), f"(in {tree})" if tree else "", flush=True)
+    # another checkout's code: found first from its own directory, by the engine's process too (it inherits both)
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree else None
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=tree, env=env)
     (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     rows = json.loads((run_dir / "summary.json").read_text())
     samples = telemetry_samples(run_dir)
