@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.inputs.hardware import cpu_model
+from benchmarks.decode_step import decode_step_ms
 from engines.reference.core import attention
 from engines.reference.core.engine import LLMEngine
-from engines.reference.core.sampling import SamplingParams
 from engines.reference.loading.weights import resolve_model
 
 NEVER = 1 << 30  # as MATMUL_DECODE_MIN_KEYS: every decode group runs SDPA
@@ -75,26 +75,6 @@ def attention_calls(num_kv_heads: int, group: int, head_dim: int, num_seqs: int,
     return median_us(sdpa), median_us(matmuls)
 
 
-def decode_step_ms(engine: LLMEngine, batch: int, context: int, steps: int = 16) -> float:
-    """Median time of one engine step while `batch` requests decode at about `context` tokens of context."""
-    params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, temperature=0.0)
-    prompt = [(7 * i) % 1000 + 10 for i in range(context)]
-    request_ids = [f"r{batch}-{context}-{i}" for i in range(batch)]
-    for i, request_id in enumerate(request_ids):
-        engine.add_request(request_id, prompt[i % 7 :] + prompt[: i % 7], params)
-    prefilled: set[str] = set()
-    while len(prefilled) < batch:  # a request's first token comes with the end of its prefill
-        prefilled.update(output.request_id for output in engine.step())
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - start)
-    for request_id in request_ids:
-        engine.abort(request_id)
-    return statistics.median(times[2:]) * 1000
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,8,32")
@@ -126,7 +106,7 @@ def main() -> None:
             attention.MATMUL_DECODE_MIN_KEYS = threshold
             for context in contexts:
                 for batch in batches:
-                    steps.setdefault((name, batch, context), []).append(decode_step_ms(engine, batch, context))
+                    steps.setdefault((name, batch, context), []).append(decode_step_ms(engine, batch, 16, context))
     attention.MATMUL_DECODE_MIN_KEYS = chosen
     print(f"decode step, ms (median of {args.rounds} rounds, the two taking turns):")
     for context in contexts:

@@ -59,11 +59,11 @@ def weight_bytes(model: LlamaModel, batch: int = 1) -> int:
     return layers + norms + read(model.head_weight)
 
 
-def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24) -> float:
-    """Median time of one engine step while `batch` requests decode at about CONTEXT_TOKENS of context."""
+def decode_step_ms(engine: LLMEngine, batch: int, steps: int = 24, context: int = CONTEXT_TOKENS) -> float:
+    """Median time of one engine step while `batch` requests decode at about `context` tokens of context."""
     params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, temperature=0.0)
-    prompt = [(7 * i) % 1000 + 10 for i in range(CONTEXT_TOKENS)]
-    request_ids = [f"r{batch}-{i}" for i in range(batch)]
+    prompt = [(7 * i) % 1000 + 10 for i in range(context)]
+    request_ids = [f"r{batch}-{context}-{i}" for i in range(batch)]
     for i, request_id in enumerate(request_ids):
         engine.add_request(request_id, prompt[i % 7 :] + prompt[: i % 7], params)
     prefilled: set[str] = set()
