@@ -261,9 +261,9 @@ def paged_attention(
 # batched matmuls and a float32 softmax rather than SDPA: PyTorch's fused CPU kernel is made for long queries, and
 # a decode's query is one token (a KV group's few heads). The matmuls want K/V contiguous per head (a strided
 # operand is copied by each), so such a group gathers them by head rows (`DecodeGroup.head_rows`). Measured here
-# in bfloat16 (SmolLM2's 3 KV heads of 3 queries, head_dim 64), gather and attention, SDPA's time over the
-# matmuls': 8 sequences of 128 keys 0.97, 16 of 128 1.29, 8 of 256 1.15, 4 of 512 1.04, 8 of 512 1.34, 2 of 1,024
-# 1.08, 16 of 1,024 1.68, 1 of 2,048 2.66; below 2,048 keys SDPA's one call wins (1 of 128: 0.50).
+# in bfloat16 (SmolLM2's 3 KV heads of 3 queries, head_dim 64; `benchmarks/decode_attention.py`, the engine README
+# has the table), gather and attention, SDPA's time over the matmuls' in two runs: 8 sequences of 128 keys 0.65
+# and 0.77, 16 of 128 1.15 and 1.87, 4 of 512 1.05 and 1.32, 8 of 512 1.39 and 1.65; 1 of 128 0.36 and 0.41.
 MATMUL_DECODE_MIN_KEYS = 2048
 
 
@@ -290,9 +290,9 @@ def _decode_attention(
 def _attend_by_matmul(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """softmax(q keys^T / sqrt(hd) + mask) values, the scores and the softmax in float32; the weights are rounded
-    to the values' dtype for the second product (a bfloat16 step's outputs differ from SDPA's by about one
-    bfloat16 rounding)."""
+    """softmax(q keys^T / sqrt(hd) + mask) values. Each product's result comes in the inputs' dtype; the scores are
+    scaled, masked and normalised in float32, and the weights rounded back for the second product (a bfloat16
+    step's outputs differ from SDPA's, which keeps its scores in float32, by about one bfloat16 rounding)."""
     scores = torch.matmul(q, keys.transpose(-1, -2)).float().mul_(q.shape[-1] ** -0.5)  # (B, n_kv, group, L)
     if mask is not None:
         scores.add_(mask)
