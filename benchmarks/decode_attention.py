@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from bench.inputs.hardware import cpu_model
 from benchmarks.decode_step import decode_step_ms
@@ -49,30 +48,23 @@ def median_us(call: Callable[[], object], repeats: int = 41) -> float:
 
 
 def attention_calls(num_kv_heads: int, group: int, head_dim: int, num_seqs: int, num_keys: int) -> tuple[float, float]:
-    """µs of gather and attention of one decode group, SDPA's way and the matmuls' (bfloat16)."""
+    """µs of gather and attention of one decode group (bfloat16) by the engine's own `_decode_attention`, SDPA's
+    way and the matmuls'."""
     generator = torch.Generator().manual_seed(num_seqs)
     shape = (CACHE_BLOCKS, BLOCK_SIZE, num_kv_heads, head_dim)
     k_cache, v_cache = (torch.randn(shape, generator=generator).bfloat16() for _ in range(2))
-    q = torch.randn(num_seqs, num_kv_heads, group, head_dim, generator=generator).bfloat16()
+    q = torch.randn(num_seqs, num_kv_heads * group, head_dim, generator=generator).bfloat16()
     blocks = torch.randperm(CACHE_BLOCKS, generator=generator)[: num_seqs * num_keys // BLOCK_SIZE]
-    slots = blocks.view(-1, 1) * BLOCK_SIZE + torch.arange(BLOCK_SIZE)
-    head_rows = (slots.view(num_seqs, 1, num_keys) * num_kv_heads + torch.arange(num_kv_heads).view(1, -1, 1)).view(-1)
     lens = torch.randint(num_keys - BLOCK_SIZE + 1, num_keys + 1, (num_seqs,), generator=generator)
     padding = torch.arange(num_keys)[None, :] >= lens[:, None]
     mask = torch.zeros(padding.shape, dtype=torch.bfloat16).masked_fill_(padding, float("-inf"))
     mask = mask.view(num_seqs, 1, 1, num_keys)
-
-    def sdpa() -> torch.Tensor:
-        keys, values = (cache.index_select(0, blocks).view(num_seqs, num_keys, num_kv_heads, head_dim).transpose(1, 2)
-                        for cache in (k_cache, v_cache))
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-
-    def matmuls() -> torch.Tensor:
-        keys, values = (cache.view(-1, head_dim).index_select(0, head_rows).view(num_seqs, num_kv_heads, num_keys, -1)
-                        for cache in (k_cache, v_cache))
-        return attention._attend_by_matmul(q, keys, values, mask)
-
-    return median_us(sdpa), median_us(matmuls)
+    head_rows = attention.decode_head_rows(blocks, num_seqs, BLOCK_SIZE, num_kv_heads)
+    by_sdpa = attention.DecodeGroup(None, blocks, None, mask, num_seqs, num_keys)
+    by_matmuls = attention.DecodeGroup(None, blocks, head_rows, mask, num_seqs, num_keys)
+    sdpa, matmuls = (median_us(lambda g=g: attention._decode_attention(q, k_cache, v_cache, g))
+                     for g in (by_sdpa, by_matmuls))
+    return sdpa, matmuls
 
 
 def main() -> None:

@@ -217,10 +217,16 @@ def _decode_group(
     block_idx = torch.tensor(rows, dtype=torch.long, device=device)
     head_rows = None
     if device.type == "cpu" and len(seq_ids) * num_keys >= MATMUL_DECODE_MIN_KEYS:
-        slots = block_idx.view(-1, 1) * block_size + torch.arange(block_size, device=device)  # (B * blocks, bs)
-        heads = torch.arange(num_kv_heads, device=device).view(1, -1, 1)
-        head_rows = (slots.view(len(seq_ids), 1, num_keys) * num_kv_heads + heads).view(-1)
+        head_rows = decode_head_rows(block_idx, len(seq_ids), block_size, num_kv_heads)
     return DecodeGroup(token_idx, block_idx, head_rows, mask, len(seq_ids), num_keys)
+
+
+def decode_head_rows(block_idx: torch.Tensor, num_seqs: int, block_size: int, num_kv_heads: int) -> torch.Tensor:
+    """`DecodeGroup.head_rows` from its padded block ids (B * max_blocks,): for each sequence, head and key in
+    that order, the row of a cache viewed (slots * n_kv, hd) that holds it."""
+    slots = block_idx.view(-1, 1) * block_size + torch.arange(block_size, device=block_idx.device)  # (B * blocks, bs)
+    heads = torch.arange(num_kv_heads, device=block_idx.device).view(1, -1, 1)
+    return (slots.view(num_seqs, 1, -1) * num_kv_heads + heads).view(-1)
 
 
 def _prefill_segment(
