@@ -27,6 +27,7 @@ from bench.flows.costinputs import (
     with_power,
 )
 from bench.flows.report_plan import memory_plan
+from bench.flows.tune_ranking import which_ran_on_what
 from bench.inputs.rules import first_line
 from bench.inputs.scenario import DecisionSettings, Scenario
 from bench.run import rundir
@@ -350,6 +351,8 @@ def _notes(run: Run) -> list[str]:
     if len({s.kind for s in summaries}) > 1:
         notes.append(f"the cost model uses the {_kind(run)} levels only; the others are shown in the tables")
     notes.extend(_client_notes(info, summaries))
+    if (machines := _machines_note(info, summaries)) is not None:
+        notes.append(machines)
     dataset = info.dataset
     sent = sum(s.requests.num_requests for s in summaries if s.kind != "trace")
     if dataset is not None and sent > dataset.num_requests:
@@ -357,6 +360,20 @@ def _notes(run: Run) -> list[str]:
                      f"{sent / dataset.num_requests:.1f} times: a prefix cache may have served the repeats (replay a "
                      "larger file, or shorter levels)")
     return notes
+
+
+def _machines_note(info: RunInfo, summaries: tuple[LevelSummary, ...]) -> str | None:
+    """Which levels ran on which hardware, for a run resumed on other hardware: its curve mixes machines. A level
+    measured before a move is among that move's `levels_before` (and every later one's)."""
+    moves = info.resumed_elsewhere
+    if not moves or info.hardware is None:
+        return None
+    machines = [info.hardware, *(move.hardware for move in moves)]
+    named = [(s.level, machines[sum(s.level not in move.levels_before for move in moves)].kind) for s in summaries]
+    mixed = which_ran_on_what(named)
+    if mixed is None:
+        return None
+    return f"resumed on other hardware, so its levels come from more than one machine: {mixed}"
 
 
 def _workload_text(info: RunInfo) -> str | None:

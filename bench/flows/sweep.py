@@ -41,6 +41,7 @@ from bench.run.runinfo import (
     GpuTelemetry,
     HostRecord,
     PlanRecord,
+    ResumedElsewhere,
     RunInfo,
     Seeds,
     TelemetryRecord,
@@ -232,7 +233,11 @@ def run_sweep(plan: SweepPlan, launch: Launcher, progress: SweepProgress | None 
         run = _run_info(plan, run_dir)
     else:
         run_dir = resume.run_dir
-        run = replace(resume.run, status="starting", finished_at=None, resumed_at=[*resume.run.resumed_at, _now()])
+        resumed_at = _now()
+        elsewhere = [ResumedElsewhere(resumed_at, [label for label, _ in resume.finished], resume.hardware)] \
+            if resume.hardware is not None else []
+        run = replace(resume.run, status="starting", finished_at=None, resumed_at=[*resume.run.resumed_at, resumed_at],
+                      resumed_elsewhere=[*resume.run.resumed_elsewhere, *elsewhere])
     rundir.write_run_info(run_dir, run)
     # Each level summarized from its records as they are written: requests.jsonl is not read back as the run goes.
     tally = RunTally(run.slo, [s for _, s in resume.finished if s is not None] if resume else ())

@@ -25,7 +25,7 @@ from bench.flows import measure
 from bench.flows.measure import Job, JobWatcher, Outcome
 from bench.flows.placed import Placer, Work, files_of, for_nodes, run_placed
 from bench.flows.sweep import SweepResult
-from bench.flows.tune_ranking import hardware_of, which_ran_on_what
+from bench.flows.tune_ranking import which_ran_on_what
 from bench.inputs.measure_options import MeasureFlags
 from bench.inputs.measure_settings import settings_back, settings_of
 from bench.inputs.options import LoadOverrides
@@ -112,7 +112,7 @@ def run_works(works: list[Work], placer: Placer, watch: JobWatcher) -> Outcome:
 def hardware_note(measured: list[tuple[str, str | None, HostRecord | None]]) -> str | None:
     """A warning when the engines (name, node, the host its run.json describes) were measured on different
     hardware: their figures then differ by the machine as well as by the engine."""
-    mixed = which_ran_on_what([(f"{name} ({node})" if node else name, hardware_of(host))
+    mixed = which_ran_on_what([(f"{name} ({node})" if node else name, host.kind if host else None)
                                for name, node, host in measured])
     if mixed is None:
         return None

@@ -6,13 +6,11 @@ ready; the best by the objective, and the Pareto front of per-user speed against
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.flows.tune_plan import TuneEntry
 from bench.run.rundir import Run, RunDirError, read_run
-from bench.run.runinfo import HostRecord
 from common.accuracy import Accuracy
 from loadgen.metrics import MAX_OUTSIDE_CORES
 
@@ -50,7 +48,7 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         run: Run | None = read_run(run_dir)
     except RunDirError:
         run = None
-    base = replace(base, hardware=hardware_of(run.info.hardware) if run is not None else None)
+    base = replace(base, hardware=run.info.hardware.kind if run is not None and run.info.hardware else None)
     ready = run.info.engine.details.time_to_ready_s if run is not None else None
     busy = busy_note(run) if run is not None else None
     if not report_path.is_file():
@@ -76,16 +74,6 @@ def config_result(tune_folder: Path, entry: TuneEntry) -> ConfigResult:
         else None, base.node, base.hardware)
 
 
-def hardware_of(host: HostRecord | None) -> str | None:
-    """The hardware a run was measured on, as one line that two runs on like machines share (no host name)."""
-    if host is None:
-        return None
-    parts = [f"{host.cpu_model or 'unknown CPU'} x{host.cpus_usable or host.cpu_cores or '?'}"]
-    gpus = Counter(f"{gpu.name} (driver {gpu.driver or '?'})" for gpu in host.gpus or [])
-    parts += [f"{count}x {name}" for name, count in sorted(gpus.items())]
-    return ", ".join(parts)
-
-
 def hardware_note(results: list[ConfigResult]) -> str | None:
     """A warning when the configurations measured were measured on different hardware: their figures then
     differ by the machine as well as by the configuration."""
@@ -94,7 +82,7 @@ def hardware_note(results: list[ConfigResult]) -> str | None:
 
 
 def which_ran_on_what(named: list[tuple[str, str | None]]) -> str | None:
-    """`a, b on X; c on Y` for (name, hardware as `hardware_of` gives it) pairs, where they ran on more than one
+    """`a, b on X; c on Y` for (name, hardware as `HostRecord.kind` gives it) pairs, where they ran on more than one
     kind of hardware (an unknown one left out); None where they all ran on the same."""
     by_hardware: dict[str, list[str]] = {}
     for name, hardware in named:

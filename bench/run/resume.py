@@ -7,6 +7,11 @@ engine, seeds and plan come from its run.json, and each request stream (the meas
 is advanced past every request any attempt sent, the cut level's included, finished or still in flight
 when it stopped (whole conversations, for multi-turn workloads), so no prompt reaches the server twice.
 
+A run resumed on hardware unlike the one that measured its levels so far (another CPU, other CPUs usable, other
+GPUs) is not refused: a Ray cluster may go on with an interrupted engine on another node. The resume says so, and
+run.json records which levels came before the move (`RunInfo.resumed_elsewhere`), for the report to say which
+levels ran where.
+
 Going on runs what run.json says: its engine's image, command, volumes, environment and Python. So a run
 directory (or run.json) that another user owns is refused, and what will be launched is shown before it is
 (`launch_preview`).
@@ -22,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.inputs.hardware import describe_host
 from bench.inputs.scenario import LoadSettings
 from bench.run import rundir
-from bench.run.runinfo import RunInfo
+from bench.run.runinfo import HostRecord, RunInfo
 from engines.engine_file import EngineFile
 from loadgen.arrivals import parse_label
 from loadgen.columns import ColumnsBuilder
@@ -47,6 +53,15 @@ class Resume:
     last_request_id: int | None  # the stream goes on after it (and after the rest of its conversation)
     last_warmup_id: int | None
     num_sessions_started: int = 0  # agent sessions: those any attempt started (a cut level's users included)
+    hardware: HostRecord | None = None  # this machine, where it is unlike the one that measured the latest levels
+
+    @property
+    def moved(self) -> str | None:
+        """Where the run goes on from other hardware: `from X to Y`, each as `HostRecord.kind` says it."""
+        before = self.run.latest_hardware
+        if self.hardware is None or before is None:
+            return None
+        return f"from {before.kind} to {self.hardware.kind}"
 
     @property
     def done_labels(self) -> set[str]:
@@ -192,7 +207,14 @@ def prepare(run_dir: Path, run: RunInfo) -> Resume:
     sessions = len({r.session_id for r in records if r.session_id is not None})
     return Resume(run_dir, run, tuple((label, summaries.get(label)) for label in finished_labels),
                   tuple(discarded), _past(last.request_id if last else None, in_flight),
-                  _past(last_warmup, warmups), sessions + (in_flight if sessions else 0))
+                  _past(last_warmup, warmups), sessions + (in_flight if sessions else 0), _if_elsewhere(run))
+
+
+def _if_elsewhere(run: RunInfo) -> HostRecord | None:
+    """This machine, where its hardware is unlike the one that measured the run's latest levels (a machine the run
+    does not describe is not compared)."""
+    here, before = HostRecord.from_json(describe_host()), run.latest_hardware
+    return here if before is not None and here.kind != before.kind else None
 
 
 def _past(last_id: int | None, unrecorded: int) -> int | None:

@@ -10,6 +10,7 @@ stay as written in `EngineDetails.other`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
@@ -188,6 +189,33 @@ class HostRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def kind(self) -> str:
+        """The hardware as one line that two runs on like machines share (no host name): the CPU, the CPUs usable,
+        the GPUs and their driver."""
+        parts = [f"{self.cpu_model or 'unknown CPU'} x{self.cpus_usable or self.cpu_cores or '?'}"]
+        gpus = Counter(f"{gpu.name} (driver {gpu.driver or '?'})" for gpu in self.gpus or [])
+        parts += [f"{count}x {name}" for name, count in sorted(gpus.items())]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ResumedElsewhere:
+    """A resume on hardware unlike the run's before it: the levels measured before, and the machine after."""
+
+    resumed_at: str
+    levels_before: list[str]
+    hardware: HostRecord
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ResumedElsewhere:
+        return cls(str(raw["resumed_at"]), [str(label) for label in raw["levels_before"]],
+                   HostRecord.from_json(raw["hardware"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resumed_at": self.resumed_at, "levels_before": self.levels_before,
+                "hardware": self.hardware.to_json()}
+
 
 @dataclass(frozen=True)
 class ClientRecord:
@@ -299,6 +327,7 @@ class RunInfo:
     plan: PlanRecord = field(default_factory=PlanRecord)
     engine_spec: EngineFile | None = None
     resumed_at: list[str] = field(default_factory=list)
+    resumed_elsewhere: list[ResumedElsewhere] = field(default_factory=list)  # resumes on other hardware, in order
     dataset: DatasetInfo | None = None  # a replayed file: its sha256, counts and lengths, never its text
     imported: ImportRecord | None = None  # made by another tool and imported (`bench import`)
     unread: list[str] = field(default_factory=list)  # parts run.json lacked or this version could not read
@@ -331,12 +360,14 @@ class RunInfo:
             seeds=part("seeds", lambda v: _known(Seeds, v)), telemetry=part("telemetry", TelemetryRecord.from_json),
             plan=part("plan", PlanRecord.from_json) or PlanRecord(),
             engine_spec=part("engine_spec", lambda v: EngineFile.model_validate(v) if v else None),
-            resumed_at=list(raw.get("resumed_at") or []), dataset=part("dataset", DatasetInfo.from_json),
+            resumed_at=list(raw.get("resumed_at") or []),
+            resumed_elsewhere=part("resumed_elsewhere", lambda v: [ResumedElsewhere.from_json(m) for m in v]) or [],
+            dataset=part("dataset", DatasetInfo.from_json),
             imported=part("imported", ImportRecord.from_json),
         )
         # An endpoint, telemetry, a dataset and an import are absent for good reasons (not launched yet, none given);
         # an imported run never had the parts a sweep records.
-        absent = {"endpoint", "telemetry", "dataset", "imported"} | (
+        absent = {"endpoint", "telemetry", "dataset", "imported", "resumed_elsewhere"} | (
             {"hardware", "scenario", "seeds", "engine_spec"} if info.imported else set())
         info.unread = [key for key in unread if key not in absent]
         return info
@@ -351,7 +382,9 @@ class RunInfo:
             "client": asdict(self.client), "seeds": asdict(self.seeds) if self.seeds else None,
             "telemetry": self.telemetry.to_json() if self.telemetry else None, "plan": self.plan.to_json(),
             "engine_spec": self.engine_spec.model_dump(mode="json") if self.engine_spec else None,
-            "resumed_at": self.resumed_at, "dataset": asdict(self.dataset) if self.dataset else None,
+            "resumed_at": self.resumed_at,
+            **({"resumed_elsewhere": [m.to_json() for m in self.resumed_elsewhere]} if self.resumed_elsewhere else {}),
+            "dataset": asdict(self.dataset) if self.dataset else None,
             **({"imported": asdict(self.imported)} if self.imported else {}),
         }
 
@@ -363,6 +396,11 @@ class RunInfo:
             return self.imported.source
         return self.imported.source + ": " + ", ".join(f"{f.source} (sha256 {f.sha256[:12]})"
                                                        for f in self.imported.files)
+
+    @property
+    def latest_hardware(self) -> HostRecord | None:
+        """The machine that measured the run's latest levels: the last it was resumed on elsewhere, else its own."""
+        return self.resumed_elsewhere[-1].hardware if self.resumed_elsewhere else self.hardware
 
     @property
     def gpu_names(self) -> list[str] | None:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import yaml
 
+from bench.flows.report import render_report
 from tests.bench.test_cli import BENCH, bench, only_run_dir
+from tests.bench.test_old_runs import SETTINGS
 from tests.servers import ScriptedServer
 
 
@@ -108,6 +110,34 @@ def test_no_prompt_reaches_the_server_twice_across_a_kill_and_a_resume(scripted,
     assert len(prompts) > 24  # both attempts sent something
     repeated = [p for p, n in Counter(prompts).items() if n > 1]
     assert repeated == [], f"{len(repeated)} prompt(s) reached the server more than once"
+
+
+def test_a_run_resumed_on_other_hardware_says_so_and_its_report_says_which_levels_ran_where(scripted, tmp_path) -> None:
+    """The killed attempt's run.json made to describe another machine, as if the run began there: the resume warns,
+    records the move with the levels measured before it, and the report names each level's machine."""
+    scripted.set_script(ttft_ms=10, itl_ms=5)
+    run_dir = kill_during_level(scripted, tmp_path / "runs", "c4")
+    raw = json.loads((run_dir / "run.json").read_text())
+    here = raw["hardware"]
+    raw["hardware"] = {**here, "cpu_model": "Other CPU 9000", "cpus_usable": 96,
+                       "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6, "driver": "580.1"}]}
+    (run_dir / "run.json").write_text(json.dumps(raw))
+
+    result = bench("sweep", "--resume", str(run_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+    there = "Other CPU 9000 x96, 1x NVIDIA H100 80GB HBM3 (driver 580.1)"
+    mine = f"{here['cpu_model']} x{here['cpus_usable']}"
+    assert f"goes on on other hardware, from {there} to {mine}" in " ".join(result.stdout.split())
+    (move,) = json.loads((run_dir / "run.json").read_text())["resumed_elsewhere"]
+    assert move["levels_before"] == ["c2"] and move["hardware"]["cpu_model"] == here["cpu_model"]
+    assert move["resumed_at"] == json.loads((run_dir / "run.json").read_text())["resumed_at"][-1]
+
+    again = bench("sweep", "--resume", str(run_dir))  # complete: nothing runs, nothing more is recorded
+    assert again.returncode == 0 and "goes on on other hardware" not in again.stdout
+    report = render_report([run_dir], tmp_path / "report.html", settings=SETTINGS)
+    warnings = json.loads(report.files.json.read_text())["warnings"]
+    assert any(f"its levels come from more than one machine: c2 on {there}; c4, c8 on {mine}" in w
+               for w in warnings), warnings
 
 
 def test_resume_refuses_what_it_cannot_go_on_with(scripted, tmp_path) -> None:
