@@ -113,12 +113,18 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order): F.rms_norm itself
-    upcasts a bfloat16 input and casts its result back (on CPU the same ops and bits as doing so around it, in
-    half the time at one row), and the scaling stays outside it, in the model's dtype (the norms' own)."""
+    """Normalise in float32, cast back, then scale (Hugging Face LlamaRMSNorm's order).
+
+    bfloat16 goes through F.layer_norm over [x, -x]: its mean is 0, so its variance is mean(x^2) and its first half
+    is x / sqrt(mean(x^2) + eps), computed in float32 and rounded once, as RMSNorm's is. On CPU that is one fused
+    kernel where F.rms_norm is about eight ops; a one-user decode step was 0.8 ms (6 %) shorter for it. The scaling
+    stays outside it, in the model's dtype (the norms' own). A float32 model keeps F.rms_norm: there the two sum in
+    different orders, and their bits differ."""
     if x.dtype == torch.float32:
         return F.rms_norm(x, weight.shape, weight, eps)
-    return F.rms_norm(x, weight.shape, None, eps).mul_(weight)
+    hidden = x.shape[-1]
+    normed = F.layer_norm(torch.cat([x, x.neg()], dim=-1), (2 * hidden,), eps=eps)[..., :hidden]
+    return normed.mul_(weight)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:

@@ -175,11 +175,20 @@ def test_decodes_of_very_different_lengths_are_attended_in_groups_of_similar_len
     assert len(_similar_lengths(list(range(12)), lengths, BLOCK_SIZE)) == MAX_DECODE_GROUPS
 
 
-@pytest.mark.parametrize("rows", [1, 16, 80])
-def test_rms_norm_gives_hugging_face_s_bits(rows: int) -> None:
-    """bfloat16: normalised in float32, rounded, then scaled (LlamaRMSNorm's order), at a decode's and a
-    prefill's number of rows."""
-    x = torch.randn(rows, 576, generator=torch.Generator().manual_seed(rows)).bfloat16() * 3
-    weight = (torch.rand(576, generator=torch.Generator().manual_seed(7)) + 0.5).bfloat16()
-    expected = weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).bfloat16()
-    torch.testing.assert_close(rms_norm(x, weight, 1e-5), expected, rtol=0, atol=0)
+def test_rms_norm_gives_hugging_face_s_bits_but_for_a_rare_rounding() -> None:
+    """bfloat16: normalised in float32, rounded, then scaled (LlamaRMSNorm's order). The normalising runs as a layer
+    norm over [x, -x], whose float32 sums run in another order than LlamaRMSNorm's: a value that lies at a bfloat16
+    rounding boundary may round to the next step. Measured: 70 of 9.2 million values; at most 1 in 10,000 here,
+    each within a step, at a decode's and a prefill's number of rows."""
+    mismatched = total = 0
+    for seed in range(40):
+        generator = torch.Generator().manual_seed(seed)
+        rows = (1, 16, 80)[seed % 3]
+        x = torch.randn(rows, 576, generator=generator).bfloat16() * (0.1 + seed % 7)
+        weight = (torch.rand(576, generator=generator) + 0.5).bfloat16()
+        expected = weight * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).bfloat16()
+        out = rms_norm(x, weight, 1e-5)
+        torch.testing.assert_close(out, expected, rtol=2**-6, atol=0)  # a bfloat16 step of the norm, then scaled
+        mismatched += int((out != expected).sum())
+        total += out.numel()
+    assert mismatched <= total // 10_000, mismatched
