@@ -8,6 +8,7 @@ import torch
 from engines.reference.core import attention
 from engines.reference.core.model import LlamaModel, rms_norm
 from engines.reference.core.model_runner import BatchItem, ModelRunner
+from engines.reference.core.quant import Int4Weight
 from engines.reference.loading.weights import dummy_model
 
 BLOCK_SIZE = 4
@@ -79,6 +80,24 @@ def test_pure_decode_batch_with_unequal_contexts_matches_solo(
     batched = runner.run(items)
     for row, item in enumerate(items):
         torch.testing.assert_close(batched[row], _solo(model, item), atol=ATOL, rtol=0)
+
+
+def test_a_bfloat16_decode_batch_through_the_int4_kernel_matches_solo() -> None:
+    """The default model's kind of step: bfloat16, int4 projections, a few decode rows, which go through the int4
+    kernel (it takes only contiguous rows: what the norms hand it must be)."""
+    quantized = dummy_model("tiny", dtype=torch.bfloat16, seed=3, std=0.3)
+    quantized.keep_weights("int4", "int8")
+    assert isinstance(quantized.layers[0].qkv_proj, Int4Weight) and quantized.layers[0].qkv_proj.max_rows >= 4
+    lengths = (5, 17, 30, 9)
+    tables = _tables(len(lengths), 8)
+    items = [BatchItem(_tokens(20 + i, n), n - 1, 1, tables[i]) for i, n in enumerate(lengths)]
+    runner = _runner(quantized)
+    runner.run([BatchItem(i.token_ids, 0, i.num_computed_tokens, i.block_table) for i in items])
+    batched = runner.run(items)
+    for row, item in enumerate(items):  # logits near 10 in bfloat16: a step of 0.0625; the padded batch rounds apart
+        alone = _solo(quantized, item)
+        torch.testing.assert_close(batched[row], alone, atol=2 * 0.0625, rtol=0)
+        assert int(batched[row].argmax()) == int(alone.argmax())
 
 
 def test_chunked_prefill_equals_one_shot_prefill(model: LlamaModel) -> None:
