@@ -51,8 +51,7 @@ def attention_calls(num_kv_heads: int, group: int, head_dim: int, num_seqs: int,
     """µs of gather and attention of one decode group (bfloat16) by the engine's own `_decode_attention`, SDPA's
     way and the matmuls'."""
     generator = torch.Generator().manual_seed(num_seqs)
-    shape = (CACHE_BLOCKS, BLOCK_SIZE, num_kv_heads, head_dim)
-    k_cache, v_cache = (torch.randn(shape, generator=generator).bfloat16() for _ in range(2))
+    cache = torch.randn(CACHE_BLOCKS, BLOCK_SIZE, 2, num_kv_heads, head_dim, generator=generator).bfloat16()
     q = torch.randn(num_seqs, num_kv_heads * group, head_dim, generator=generator).bfloat16()
     blocks = torch.randperm(CACHE_BLOCKS, generator=generator)[: num_seqs * num_keys // BLOCK_SIZE]
     lens = torch.randint(num_keys - BLOCK_SIZE + 1, num_keys + 1, (num_seqs,), generator=generator)
@@ -62,7 +61,7 @@ def attention_calls(num_kv_heads: int, group: int, head_dim: int, num_seqs: int,
     head_rows = attention.decode_head_rows(blocks, num_seqs, BLOCK_SIZE, num_kv_heads)
     by_sdpa = attention.DecodeGroup(None, blocks, None, mask, num_seqs, num_keys)
     by_matmuls = attention.DecodeGroup(None, blocks, head_rows, mask, num_seqs, num_keys)
-    sdpa, matmuls = (median_us(lambda g=g: attention._decode_attention(q, k_cache, v_cache, g))
+    sdpa, matmuls = (median_us(lambda g=g: attention._decode_attention(q, cache, g))
                      for g in (by_sdpa, by_matmuls))
     return sdpa, matmuls
 

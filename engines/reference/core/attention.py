@@ -5,8 +5,10 @@ module writes each new token's K/V into its cache slot and lets every new token 
 to positions <= p of its own sequence, earlier positions being read from the paged cache (prefix-cached
 blocks or earlier prefill chunks). It never allocates blocks and knows nothing of scheduling.
 
-Layout: per layer, K and V caches of shape (num_blocks, block_size, num_kv_heads, head_dim); the token
-at position p of a sequence lives in slot `block_table[p // block_size] * block_size + p % block_size`.
+Layout: per layer, one cache of shape (num_blocks, block_size, 2, num_kv_heads, head_dim), a token's K then its V
+side by side, so that one write stores both and one gather reads both (a decode step is a few hundred small
+calls, and each costs); the token at position p of a sequence lives in slot
+`block_table[p // block_size] * block_size + p % block_size`.
 
 Speed: sequences with one new token (decodes) share one attention call per layer, their K/V gathered
 block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV group folded
@@ -29,10 +31,10 @@ from torch.nn.attention.bias import causal_lower_right
 
 @dataclass(frozen=True)
 class KVCache:
-    """Per-layer paged K and V tensors, each (num_blocks, block_size, num_kv_heads, head_dim)."""
+    """Per-layer paged K/V tensors, each (num_blocks, block_size, 2, num_kv_heads, head_dim): [..., 0, :, :] the
+    keys, [..., 1, :, :] the values."""
 
-    key_caches: tuple[torch.Tensor, ...]
-    value_caches: tuple[torch.Tensor, ...]
+    caches: tuple[torch.Tensor, ...]
 
     @classmethod
     def allocate(
@@ -47,18 +49,16 @@ class KVCache:
     ) -> KVCache:
         if min(num_layers, num_blocks, block_size, num_kv_heads, head_dim) < 1:
             raise ValueError("KVCache sizes (layers, blocks, block_size, kv heads, head_dim) must all be >= 1")
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        keys = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers))
-        values = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers))
-        return cls(keys, values)
+        shape = (num_blocks, block_size, 2, num_kv_heads, head_dim)
+        return cls(tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)))
 
     @property
     def num_blocks(self) -> int:
-        return self.key_caches[0].shape[0]
+        return self.caches[0].shape[0]
 
     @property
     def block_size(self) -> int:
-        return self.key_caches[0].shape[1]
+        return self.caches[0].shape[1]
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ class DecodeGroup:
 
     token_idx: torch.Tensor | None  # (B,) flat index of each decode token; None: the whole batch, in order
     block_idx: torch.Tensor  # (B * max_blocks,) block ids, padded with each row's first block
-    # the matmul path's (`MATMUL_DECODE_MIN_KEYS`): (B * n_kv * L,) rows of a cache viewed (slots * n_kv, hd), so
-    # one gather gives K or V as (B, n_kv, L, hd), contiguous; None where SDPA attends
+    # the matmul path's (`MATMUL_DECODE_MIN_KEYS`): (2, B * n_kv * L) rows of a cache viewed (slots * 2 * n_kv, hd),
+    # K's then V's, so each gather gives K or V as (B, n_kv, L, hd), contiguous; None where SDPA attends
     head_rows: torch.Tensor | None
     mask: torch.Tensor | None  # (B, 1, 1, L) additive: 0 inside the context, -inf on padding
     num_seqs: int
@@ -222,11 +222,11 @@ def _decode_group(
 
 
 def decode_head_rows(block_idx: torch.Tensor, num_seqs: int, block_size: int, num_kv_heads: int) -> torch.Tensor:
-    """`DecodeGroup.head_rows` from its padded block ids (B * max_blocks,): for each sequence, head and key in
-    that order, the row of a cache viewed (slots * n_kv, hd) that holds it."""
+    """`DecodeGroup.head_rows` from its padded block ids (B * max_blocks,): for K then V, each sequence, head and
+    key in that order, the row of a cache viewed (slots * 2 * n_kv, hd) that holds it."""
     slots = block_idx.view(-1, 1) * block_size + torch.arange(block_size, device=block_idx.device)  # (B * blocks, bs)
-    heads = torch.arange(num_kv_heads, device=block_idx.device).view(1, -1, 1)
-    return (slots.view(num_seqs, 1, -1) * num_kv_heads + heads).view(-1)
+    heads = torch.arange(2 * num_kv_heads, device=block_idx.device).view(2, 1, num_kv_heads, 1)  # K's, then V's
+    return (slots.view(1, num_seqs, 1, -1) * (2 * num_kv_heads) + heads).view(2, -1)
 
 
 def _prefill_segment(
@@ -239,27 +239,19 @@ def _prefill_segment(
     return PrefillSegment(start, start + query_len, context_len, block_idx)
 
 
-def paged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    plan: AttentionPlan,
-) -> torch.Tensor:
-    """Write k, v (T, n_kv, hd) into the caches, attend q (T, n_heads, hd); returns (T, n_heads, hd)."""
-    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, k)
-    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, plan.slot_mapping, v)
+def paged_attention(q: torch.Tensor, kv: torch.Tensor, cache: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
+    """Write kv (T, 2, n_kv, hd), each token's K then V, into the cache, attend q (T, n_heads, hd); returns
+    (T, n_heads, hd)."""
+    cache.view(-1, *kv.shape[1:]).index_copy_(0, plan.slot_mapping, kv)
     if len(plan.decodes) == 1 and plan.decodes[0].token_idx is None:
-        return _decode_attention(q, k_cache, v_cache, plan.decodes[0])  # a pure-decode batch: no scatter
+        return _decode_attention(q, cache, plan.decodes[0])  # a pure-decode batch: no scatter
     out = torch.empty_like(q)
     for group in plan.decodes:
         assert group.token_idx is not None
-        decoded = _decode_attention(q.index_select(0, group.token_idx), k_cache, v_cache, group)
+        decoded = _decode_attention(q.index_select(0, group.token_idx), cache, group)
         out.index_copy_(0, group.token_idx, decoded)
     for seg in plan.prefills:
-        out[seg.start : seg.end] = _prefill_attention(q, k, v, k_cache, v_cache, seg)
+        out[seg.start : seg.end] = _prefill_attention(q, kv, cache, seg)
     return out
 
 
@@ -273,23 +265,23 @@ def paged_attention(
 MATMUL_DECODE_MIN_KEYS = 2048
 
 
-def _decode_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
-) -> torch.Tensor:
+def _decode_attention(q: torch.Tensor, cache: torch.Tensor, group: DecodeGroup) -> torch.Tensor:
     """q (B, n_heads, hd) of single-token sequences -> (B, n_heads, hd)."""
     num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
+    num_kv_heads = cache.shape[3]
     q = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # (B, n_kv, group, hd)
     if group.head_rows is not None:  # contiguous: a strided K/V would be copied by each matmul
+        # Two gathers, not one of both: one output twice the size was 1.7x slower here (fresh pages, past glibc's
+        # threshold for reusing freed memory).
         shape = (num_seqs, num_kv_heads, group.num_keys, head_dim)
-        keys = k_cache.view(-1, head_dim).index_select(0, group.head_rows).view(shape)  # (B, n_kv, L, hd)
-        values = v_cache.view(-1, head_dim).index_select(0, group.head_rows).view(shape)
+        rows = cache.view(-1, head_dim)
+        keys, values = (rows.index_select(0, half).view(shape) for half in group.head_rows)  # (B, n_kv, L, hd)
         out = _attend_by_matmul(q, keys, values, group.mask)
     else:
-        shape = (num_seqs, group.num_keys, num_kv_heads, head_dim)
-        keys = k_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
-        values = v_cache.index_select(0, group.block_idx).view(shape).transpose(1, 2)  # (B, n_kv, L, hd)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask)  # (B, n_kv, group, hd)
+        gathered = cache.index_select(0, group.block_idx).view(num_seqs, group.num_keys, 2, num_kv_heads, head_dim)
+        keys, values = gathered.unbind(2)  # (B, L, n_kv, hd) each
+        out = F.scaled_dot_product_attention(q, keys.transpose(1, 2), values.transpose(1, 2),
+                                             attn_mask=group.mask)  # (B, n_kv, group, hd)
     return out.reshape(num_seqs, num_heads, head_dim)
 
 
@@ -305,21 +297,13 @@ def _attend_by_matmul(
     return torch.matmul(scores.softmax(dim=-1).to(values.dtype), values)
 
 
-def _prefill_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    seg: PrefillSegment,
-) -> torch.Tensor:
+def _prefill_attention(q: torch.Tensor, kv: torch.Tensor, cache: torch.Tensor, seg: PrefillSegment) -> torch.Tensor:
     """One sequence's chunk of Tq queries over its num_keys keys -> (Tq, n_heads, hd)."""
-    num_kv_heads, head_dim = k.shape[1], k.shape[2]
+    num_kv_heads = kv.shape[2]
     if seg.block_idx is None:
-        keys, values = k[seg.start : seg.end], v[seg.start : seg.end]  # (Tq, n_kv, hd)
+        keys, values = kv[seg.start : seg.end].unbind(1)  # (Tq, n_kv, hd) each
     else:
-        keys = k_cache.index_select(0, seg.block_idx).view(-1, num_kv_heads, head_dim)[: seg.num_keys]
-        values = v_cache.index_select(0, seg.block_idx).view(-1, num_kv_heads, head_dim)[: seg.num_keys]
+        keys, values = cache.index_select(0, seg.block_idx).view(-1, *kv.shape[1:])[: seg.num_keys].unbind(1)
     keys = keys.transpose(0, 1).unsqueeze(0)  # (1, n_kv, L, hd)
     values = values.transpose(0, 1).unsqueeze(0)  # (1, n_kv, L, hd)
     # On CPU each KV head serves its group of query heads without a copy (enable_gqa: the same bits as

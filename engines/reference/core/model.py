@@ -127,10 +127,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.mul(normed, weight)  # a new, contiguous tensor: the int4 kernel takes no strided rows
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """x (T, heads, hd) -> x * cos + rotate_half(x) * sin, with sin_signed = [-sin, sin] and
-    rotate_half(x) * sin == roll(x, hd / 2) * sin_signed."""
-    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
+    rotate_half(x) * sin == roll(x, hd / 2) * sin_signed; into `out` if given (x itself may be it: both terms
+    are computed before it is written)."""
+    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed, out=out)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | PackedWeight | QuantizedWeight) -> torch.Tensor:
@@ -168,8 +170,7 @@ class DecoderLayer(nn.Module):
         h: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         plan: AttentionPlan,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        kv_cache: torch.Tensor,
         lora: LoraBatch | None = None,
     ) -> torch.Tensor:
         cfg = self.config
@@ -179,12 +180,13 @@ class DecoderLayer(nn.Module):
             out = linear(x, getattr(self, name))
             return out if lora is None else lora.add_deltas(out, x, self.index, name)
 
-        qkv = project(rms_norm(h, self.input_norm, cfg.rms_norm_eps), "qkv_proj")  # (T, q + 2 kv)
-        num_qk_heads = cfg.num_heads + cfg.num_kv_heads
-        qk = apply_rope(qkv[:, : cfg.q_size + cfg.kv_size].view(num_tokens, num_qk_heads, cfg.head_dim), *rope)
-        q, k = qk.split([cfg.num_heads, cfg.num_kv_heads], dim=1)  # (T, nh, hd), (T, n_kv, hd)
-        v = qkv[:, cfg.q_size + cfg.kv_size :].view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
-        attn = paged_attention(q, k, v, k_cache, v_cache, plan)  # (T, nh, hd)
+        qkv = project(rms_norm(h, self.input_norm, cfg.rms_norm_eps), "qkv_proj")  # (T, q + 2 kv), contiguous
+        heads = qkv.view(num_tokens, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)  # q's, k's, v's
+        qk = heads[:, : cfg.num_heads + cfg.num_kv_heads]
+        apply_rope(qk, *rope, out=qk)  # in place: each token's K stays beside its V, the cache's layout
+        q = heads[:, : cfg.num_heads]  # (T, nh, hd)
+        kv = heads[:, cfg.num_heads :].view(num_tokens, 2, cfg.num_kv_heads, cfg.head_dim)  # (T, 2, n_kv, hd)
+        attn = paged_attention(q, kv, kv_cache, plan)  # (T, nh, hd)
         h = h + project(attn.reshape(num_tokens, cfg.q_size), "o_proj")
         gate, up = project(rms_norm(h, self.post_norm, cfg.rms_norm_eps), "gate_up_proj").chunk(2, dim=-1)
         return h + project(F.silu(gate) * up, "down_proj")
@@ -270,8 +272,8 @@ class LlamaModel(nn.Module):
         plan = AttentionPlan.build(meta, kv_cache.block_size, self.config.num_kv_heads, device, self.dtype)
         rope = self.rope_tables(meta.positions)
         h = F.embedding(input_ids.to(device), self.embed_tokens)  # (T, hidden)
-        for layer, k_cache, v_cache in zip(self.layers, kv_cache.key_caches, kv_cache.value_caches, strict=True):
-            h = layer(h, rope, plan, k_cache, v_cache, lora)
+        for layer, cache in zip(self.layers, kv_cache.caches, strict=True):
+            h = layer(h, rope, plan, cache, lora)
         h = rms_norm(h.index_select(0, plan.logit_token_idx), self.norm, self.config.rms_norm_eps)  # (S, hidden)
         return linear(h, self.head_weight).float()  # (S, vocab)
 
