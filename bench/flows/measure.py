@@ -270,8 +270,8 @@ def run_jobs(jobs: list[Job], watch: JobWatcher | None = None) -> Outcome:
             watch.say(f"resuming {job.resume.run_dir.name}: {len(job.resume.finished)} level(s) kept; "
                       f"{', '.join(job.resume.discarded)} cut short, run again")
         if job.resume is not None and (moved := job.resume.moved) is not None:
-            watch.say(f"warning: {job.resume.run_dir.name} goes on on other hardware, {moved}: its levels so far were "
-                      "measured there, the rest are measured here, and its report says which ran where")
+            watch.say(f"warning: {job.resume.run_dir.name} is resumed on other hardware, {moved}: its levels so far "
+                      "were measured there, the rest are measured here, and its report says which ran where")
         try:
             with watch.progress(job) as progress:
                 results.append(run_sweep(job.plan, job.launcher, progress, job.resume))

@@ -127,13 +127,13 @@ def test_a_run_resumed_on_other_hardware_says_so_and_its_report_says_which_level
     assert result.returncode == 0, result.stderr
     there = "Other CPU 9000 x96, 1x NVIDIA H100 80GB HBM3 (driver 580.1)"
     mine = f"{here['cpu_model']} x{here['cpus_usable']}"
-    assert f"goes on on other hardware, from {there} to {mine}" in " ".join(result.stdout.split())
+    assert f"is resumed on other hardware, from {there} to {mine}" in " ".join(result.stdout.split())
     (move,) = json.loads((run_dir / "run.json").read_text())["resumed_elsewhere"]
     assert move["levels_before"] == ["c2"] and move["hardware"]["cpu_model"] == here["cpu_model"]
     assert move["resumed_at"] == json.loads((run_dir / "run.json").read_text())["resumed_at"][-1]
 
     again = bench("sweep", "--resume", str(run_dir))  # complete: nothing runs, nothing more is recorded
-    assert again.returncode == 0 and "goes on on other hardware" not in again.stdout
+    assert again.returncode == 0 and "resumed on other hardware" not in again.stdout
     report = render_report([run_dir], tmp_path / "report.html", settings=SETTINGS)
     warnings = json.loads(report.files.json.read_text())["warnings"]
     assert any(f"its levels come from more than one machine: c2 on {there}; c4, c8 on {mine}" in w
