@@ -109,5 +109,6 @@ def main() -> None:
                   f"({batch / engine_ms * 1000:6.1f} tok/s), SDPA always {sdpa_ms:6.1f} ({batch / sdpa_ms * 1000:6.1f} "
                   f"tok/s): the engine {sdpa_ms / engine_ms:.2f}x as fast (rounds, engine/SDPA: {rounds})", flush=True)
 
+
 if __name__ == "__main__":
     main()

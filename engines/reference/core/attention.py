@@ -7,8 +7,8 @@ blocks or earlier prefill chunks). It never allocates blocks and knows nothing o
 
 Layout: per layer, one cache of shape (num_blocks, block_size, 2, num_kv_heads, head_dim), a token's K then its V
 side by side, so that one write stores both and one gather reads both (a decode step is a few hundred small
-calls, and each costs); the token at position p of a sequence lives in slot
-`block_table[p // block_size] * block_size + p % block_size`.
+calls, and each costs; only the matmul path below gathers K and V apart); the token at position p of a sequence
+lives in slot `block_table[p // block_size] * block_size + p % block_size`.
 
 Speed: sequences with one new token (decodes) share one attention call per layer, their K/V gathered
 block-wise into a padded (B, n_kv, L, hd) batch with a length mask, the query heads of a KV group folded
